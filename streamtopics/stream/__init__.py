@@ -1,0 +1,1 @@
+"""Kafka plumbing: record codec, consumer, producer and the embedded tansu broker."""
