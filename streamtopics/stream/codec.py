@@ -1,0 +1,608 @@
+"""Wire formats of streamtopics: the one place that knows how messages look.
+
+All three message kinds are msgpack (strings UTF-8, binary as msgpack ``bin``).
+
+Input documents (topic ``topics.input``)
+----------------------------------------
+A message value is either one *document map* or an array of document maps
+(a minibatch message, at most ``limits.max_docs_per_message`` elements).
+The schema is strict: keys must be strings and unknown keys are rejected.
+
+============  ==========================  =====================================
+key           type                        rules
+============  ==========================  =====================================
+``id``        str or int                  required; str non-empty and at most
+                                          256 characters; int within int64
+``text``      str                         exactly one of ``text`` / ``tokens``;
+                                          at most ``limits.max_text_chars``;
+                                          must not be blank
+``tokens``    array of str                already tokenized text; at most
+                                          ``limits.max_tokens`` tokens, each
+                                          non-empty and at most
+                                          ``limits.max_token_chars``; not empty
+``label``     str                         optional single label (1 to
+                                          ``limits.max_label_chars`` chars)
+``labels``    array of str                optional multi-label set (at most
+                                          ``limits.max_labels`` distinct
+                                          labels); not together with ``label``
+``response``  float or int                optional regression target; finite,
+                                          booleans are not numbers here
+``ts``        float or int                optional event time, seconds since
+                                          the Unix epoch, 0 <= ts < year 3000
+============  ==========================  =====================================
+
+Message size is checked before decoding (``limits.max_message_bytes``).
+Example: ``{"id": "doc-17", "text": "the cat sat", "label": "pets"}``.
+
+Predictions (topic ``topics.output``; message key = document id as UTF-8,
+integer ids in decimal)
+-----------------------------------------------------------------------------
+``{"id": str|int, "topics": [[k, p], ...], "label"?: str,
+"scores"?: {label: float}, "response"?: float, "model_version": int,
+"ts": float}``
+
+``topics`` holds the document's largest topic proportions as ``[topic index,
+proportion]`` pairs in descending order of proportion. ``label``, ``scores``
+and ``response`` are present only for supervised models. ``model_version``
+counts the global updates the predicting model had seen; ``ts`` is the
+prediction time (seconds since the epoch).
+
+Dead letters (topic ``topics.dead_letter``; message key = null)
+-----------------------------------------------------------------
+``{"reason": str, "detail": str, "index": int|null,
+"source": {"topic": str, "partition": int, "offset": int},
+"raw": bin, "ts": float}`` and, only when ``raw`` was cut to a size bound,
+``"raw_truncated": true, "raw_size": <original length>``.
+
+``reason`` is one code from the fixed set ``REASONS``:
+
+- ``message_too_large``  the message exceeds ``limits.max_message_bytes``
+- ``malformed_msgpack``  not decodable: bad or truncated msgpack, trailing
+  bytes, invalid UTF-8, non-string map keys, nesting too deep, empty value
+- ``not_a_document``     the value (or an array element) is not a map, or
+  the value is null (a tombstone)
+- ``empty_batch``        an array message with no elements
+- ``too_many_documents`` an array message with more than
+  ``limits.max_docs_per_message`` elements
+- ``missing_id`` / ``bad_id``         ``id`` absent / of the wrong type or size
+- ``missing_text``       neither ``text`` nor ``tokens``
+- ``bad_text``           ``text`` not a string, or both ``text`` and ``tokens``
+- ``bad_tokens``         ``tokens`` not an array of non-empty short strings
+- ``text_too_large``     more than ``max_text_chars`` / ``max_tokens``
+- ``empty_document``     blank text, no tokens, or (set by the daemon) no
+  token left after tokenization
+- ``bad_label``          ``label``/``labels`` of the wrong type or size, or both
+- ``bad_response`` / ``bad_ts``       not a finite number / out of range
+- ``unknown_field``      a key outside the schema (the detail names it)
+
+``detail`` is a human-readable sentence (at most 300 characters) naming the
+field and the problem. ``index`` is the element's position inside an array
+message (null for whole-message failures). ``raw`` holds the bytes that failed:
+the whole message, or, for one bad element of an array message, that
+element's exact original bytes (itself a valid single-document message), so a
+batch with many bad elements does not multiply into copies of the batch.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import msgpack
+
+__all__ = [
+    "REASONS",
+    "DeadLetter",
+    "Document",
+    "Limits",
+    "decode_dead_letter",
+    "decode_message",
+    "decode_prediction",
+    "encode_dead_letter",
+    "encode_document",
+    "encode_documents",
+    "encode_prediction",
+    "prediction_key",
+]
+
+REASONS: frozenset[str] = frozenset(
+    {
+        "message_too_large",
+        "malformed_msgpack",
+        "not_a_document",
+        "empty_batch",
+        "too_many_documents",
+        "missing_id",
+        "bad_id",
+        "missing_text",
+        "bad_text",
+        "bad_tokens",
+        "text_too_large",
+        "empty_document",
+        "bad_label",
+        "bad_response",
+        "bad_ts",
+        "unknown_field",
+    }
+)
+
+MAX_ID_CHARS = 256
+MAX_DETAIL_CHARS = 300
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+# 3000-01-01T00:00:00Z: later event times are clock or unit bugs (ms, µs).
+MAX_TS = 32503680000.0
+_KNOWN_KEYS = frozenset({"id", "text", "tokens", "label", "labels", "response", "ts"})
+
+
+@dataclass(slots=True)
+class Document:
+    """One validated input document."""
+
+    id: str | int
+    text: str | None
+    tokens: list[str] | None
+    label: str | None
+    labels: list[str] | None
+    response: float | None
+    ts: float | None
+
+
+@dataclass
+class Limits:
+    """Input bounds; every one is configurable (``[limits]`` in the config)."""
+
+    max_message_bytes: int = 1_048_576
+    max_text_chars: int = 200_000
+    max_tokens: int = 50_000
+    max_token_chars: int = 100
+    max_docs_per_message: int = 10_000
+    max_labels: int = 64
+    max_label_chars: int = 128
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"Limits.{f.name} must be an integer >= 1 (got {v!r})")
+
+
+@dataclass(slots=True)
+class DeadLetter:
+    """A message (or one element of an array message) that was not processed."""
+
+    reason: str
+    detail: str
+    index: int | None = None
+    topic: str = ""
+    partition: int = -1
+    offset: int = -1
+    raw: bytes = b""
+
+    def __post_init__(self) -> None:
+        # The reason set is a contract with dead-letter consumers: refuse new codes here.
+        if self.reason not in REASONS:
+            raise ValueError(f"unknown dead-letter reason {self.reason!r}")
+        self.detail = _clip(str(self.detail))
+
+
+class _Reject(Exception):
+    """Internal: one document failed validation."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(reason, detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def _clip(s: str, n: int = MAX_DETAIL_CHARS) -> str:
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _show(v: Any, n: int = 40) -> str:
+    """Short repr of an untrusted value for a detail message."""
+    try:
+        r = repr(v)
+    except Exception:  # a repr can fail only for exotic ext types; never let it escape
+        r = f"<{type(v).__name__}>"
+    return _clip(r, n)
+
+
+def _tname(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, dict):
+        return "map"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, bytes):
+        return "bin"
+    return type(v).__name__
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def decode_message(
+    raw: bytes | None,
+    limits: Limits,
+    *,
+    topic: str = "",
+    partition: int = -1,
+    offset: int = -1,
+) -> tuple[list[Document], list[DeadLetter]]:
+    """Decode one Kafka message value into documents and dead letters.
+
+    Never raises: every failure becomes a ``DeadLetter`` carrying the source
+    coordinates. An array message yields its good documents plus one dead
+    letter per bad element (``index`` set).
+    """
+
+    def dead(reason: str, detail: str, index: int | None = None, data: bytes | None = None) -> DeadLetter:
+        return DeadLetter(reason, detail, index, topic, partition, offset, raw_bytes if data is None else data)
+
+    if raw is None:
+        raw_bytes = b""
+        return [], [dead("not_a_document", "message value is null (a tombstone); expected a msgpack document")]
+    if not isinstance(raw, bytes):
+        try:
+            raw_bytes = bytes(raw)  # bytearray / memoryview from some clients
+        except Exception:
+            raw_bytes = b""
+            return [], [dead("malformed_msgpack", f"message value is {type(raw).__name__}, expected bytes")]
+    else:
+        raw_bytes = raw
+
+    n = len(raw_bytes)
+    if n > limits.max_message_bytes:
+        return [], [dead("message_too_large", f"message is {n} bytes; the limit is {limits.max_message_bytes}")]
+    if n == 0:
+        return [], [dead("malformed_msgpack", "message value is empty")]
+
+    try:
+        obj = msgpack.unpackb(raw_bytes, **_unpack_kwargs(limits, n))
+    except Exception as e:  # ValueError family (ExtraData, FormatError, StackError, ...), TypeError, RecursionError, MemoryError
+        return [], [dead("malformed_msgpack", _unpack_error_detail(e))]
+
+    if isinstance(obj, dict):
+        try:
+            return [_validate(obj, limits)], []
+        except _Reject as r:
+            return [], [dead(r.reason, r.detail)]
+        except Exception as e:  # a validator bug must not kill the consumer loop
+            return [], [dead("not_a_document", f"could not validate document: {type(e).__name__}: {e}")]
+
+    if not isinstance(obj, list):
+        return [], [dead("not_a_document", f"message is a msgpack {_tname(obj)}; expected a map or an array of maps")]
+    if not obj:
+        return [], [dead("empty_batch", "array message has no documents")]
+    if len(obj) > limits.max_docs_per_message:
+        return [], [
+            dead(
+                "too_many_documents",
+                f"array message has {len(obj)} documents; the limit is {limits.max_docs_per_message}",
+            )
+        ]
+
+    docs: list[Document] = []
+    bad: list[tuple[int, str, str]] = []
+    for i, el in enumerate(obj):
+        if not isinstance(el, dict):
+            bad.append((i, "not_a_document", f"element {i} is a msgpack {_tname(el)}; expected a map"))
+            continue
+        try:
+            docs.append(_validate(el, limits))
+        except _Reject as r:
+            bad.append((i, r.reason, f"element {i}: {r.detail}"))
+        except Exception as e:
+            bad.append((i, "not_a_document", f"element {i}: could not validate: {type(e).__name__}: {e}"))
+    if not bad:
+        return docs, []
+    spans = _element_spans(raw_bytes, limits, len(obj))
+    dls = [dead(reason, detail, i, raw_bytes[spans[i][0] : spans[i][1]] if spans else None) for i, reason, detail in bad]
+    return docs, dls
+
+
+def _unpack_kwargs(limits: Limits, n: int) -> dict[str, Any]:
+    # Claimed lengths are bounded by the bytes actually present (every element
+    # costs >= 1 byte), so a 5-byte header cannot make msgpack preallocate 4 GiB.
+    # They are not cut tighter on purpose: an over-long token list should be
+    # reported as text_too_large, not as malformed msgpack.
+    bound = min(n, limits.max_message_bytes)
+    return dict(
+        raw=False,
+        strict_map_key=True,
+        use_list=True,
+        max_str_len=bound,
+        max_bin_len=bound,
+        max_array_len=bound,
+        max_map_len=bound // 2,
+        max_ext_len=bound,
+    )
+
+
+def _unpack_error_detail(e: BaseException) -> str:
+    if isinstance(e, msgpack.ExtraData):
+        return "trailing bytes after the msgpack value"
+    if isinstance(e, msgpack.StackError) or isinstance(e, RecursionError):
+        return "msgpack value is nested too deeply"
+    if isinstance(e, msgpack.FormatError):
+        return "not msgpack: invalid type byte"
+    if isinstance(e, msgpack.OutOfData):
+        return "truncated msgpack: incomplete input"
+    if isinstance(e, UnicodeDecodeError):
+        return f"a string is not valid UTF-8 ({e.reason} at byte {e.start})"
+    msg = str(e) or type(e).__name__
+    if "incomplete input" in msg:
+        return "truncated msgpack: incomplete input"
+    if "map key" in msg:
+        return f"map keys must be strings: {msg}"
+    return f"invalid msgpack: {type(e).__name__}: {msg}"
+
+
+def _element_spans(raw: bytes, limits: Limits, count: int) -> list[tuple[int, int]] | None:
+    """Byte ranges of the elements of an array message (already known to decode)."""
+    try:
+        u = msgpack.Unpacker(None, max_buffer_size=max(len(raw), 1), **_unpack_kwargs(limits, len(raw)))
+        u.feed(raw)
+        if u.read_array_header() != count:
+            return None
+        spans = []
+        for _ in range(count):
+            start = u.tell()
+            u.skip()
+            spans.append((start, u.tell()))
+        return spans
+    except Exception:
+        return None  # fall back to the whole message as raw
+
+
+def _validate(d: dict, limits: Limits) -> Document:
+    for k in d:
+        if not isinstance(k, str):
+            raise _Reject("unknown_field", f"map key {_show(k)} is not a string")
+    unknown = [k for k in d if k not in _KNOWN_KEYS]
+    if unknown:
+        names = ", ".join(_show(k) for k in unknown[:5])
+        raise _Reject(
+            "unknown_field",
+            f"unknown field {names}; allowed fields: id, text, tokens, label, labels, response, ts",
+        )
+
+    doc_id = _check_id(d)
+
+    has_text = "text" in d
+    has_tokens = "tokens" in d
+    if not has_text and not has_tokens:
+        raise _Reject("missing_text", "document has neither 'text' nor 'tokens'")
+    if has_text and has_tokens:
+        raise _Reject("bad_text", "document has both 'text' and 'tokens'; send exactly one")
+    text = tokens = None
+    if has_text:
+        text = d["text"]
+        if not isinstance(text, str):
+            raise _Reject("bad_text", f"'text' must be a string (got {_tname(text)})")
+        if len(text) > limits.max_text_chars:
+            raise _Reject("text_too_large", f"'text' has {len(text)} characters; the limit is {limits.max_text_chars}")
+        if not text.strip():
+            raise _Reject("empty_document", "'text' is empty or blank")
+    else:
+        tokens = d["tokens"]
+        if not isinstance(tokens, list):
+            raise _Reject("bad_tokens", f"'tokens' must be an array of strings (got {_tname(tokens)})")
+        if len(tokens) > limits.max_tokens:
+            raise _Reject("text_too_large", f"'tokens' has {len(tokens)} tokens; the limit is {limits.max_tokens}")
+        if not tokens:
+            raise _Reject("empty_document", "'tokens' is an empty array")
+        for i, t in enumerate(tokens):
+            if not isinstance(t, str):
+                raise _Reject("bad_tokens", f"'tokens'[{i}] must be a string (got {_tname(t)})")
+            if not t:
+                raise _Reject("bad_tokens", f"'tokens'[{i}] is an empty string")
+            if len(t) > limits.max_token_chars:
+                raise _Reject(
+                    "bad_tokens", f"'tokens'[{i}] has {len(t)} characters; the limit is {limits.max_token_chars}"
+                )
+
+    label, labels = _check_labels(d, limits)
+    response = _check_number(d, "response", "bad_response")
+    ts = _check_number(d, "ts", "bad_ts")
+    if ts is not None and not (0.0 <= ts < MAX_TS):
+        raise _Reject("bad_ts", f"'ts' must be seconds since the epoch in [0, {MAX_TS:.0f}) (got {_show(d['ts'])})")
+    return Document(doc_id, text, tokens, label, labels, response, ts)
+
+
+def _check_id(d: dict) -> str | int:
+    if "id" not in d:
+        raise _Reject("missing_id", "document has no 'id'")
+    v = d["id"]
+    if isinstance(v, bool):  # bool is an int subclass; True as an id is a producer bug
+        raise _Reject("bad_id", "'id' must be a string or an integer (got bool)")
+    if isinstance(v, int):
+        if not (_INT64_MIN <= v <= _INT64_MAX):
+            raise _Reject("bad_id", f"'id' integer {_show(v)} is outside int64")
+        return v
+    if isinstance(v, str):
+        if not v:
+            raise _Reject("bad_id", "'id' is an empty string")
+        if len(v) > MAX_ID_CHARS:
+            raise _Reject("bad_id", f"'id' has {len(v)} characters; the limit is {MAX_ID_CHARS}")
+        return v
+    raise _Reject("bad_id", f"'id' must be a string or an integer (got {_tname(v)})")
+
+
+def _check_labels(d: dict, limits: Limits) -> tuple[str | None, list[str] | None]:
+    if "label" in d and "labels" in d:
+        raise _Reject("bad_label", "document has both 'label' and 'labels'; send one")
+
+    def one(v: Any, where: str) -> str:
+        if not isinstance(v, str):
+            raise _Reject("bad_label", f"{where} must be a string (got {_tname(v)})")
+        if not v or len(v) > limits.max_label_chars:
+            raise _Reject("bad_label", f"{where} must have 1 to {limits.max_label_chars} characters (got {len(v)})")
+        return v
+
+    if "label" in d:
+        return one(d["label"], "'label'"), None
+    if "labels" in d:
+        v = d["labels"]
+        if not isinstance(v, list):
+            raise _Reject("bad_label", f"'labels' must be an array of strings (got {_tname(v)})")
+        if len(v) > limits.max_labels:
+            raise _Reject("bad_label", f"'labels' has {len(v)} labels; the limit is {limits.max_labels}")
+        out = [one(x, f"'labels'[{i}]") for i, x in enumerate(v)]
+        if len(set(out)) != len(out):
+            raise _Reject("bad_label", "'labels' contains duplicates")
+        return None, out
+    return None, None
+
+
+def _check_number(d: dict, key: str, reason: str) -> float | None:
+    if key not in d:
+        return None
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _Reject(reason, f"'{key}' must be a number (got {_tname(v)} {_show(v, 20)})")
+    try:
+        f = float(v)
+    except OverflowError:  # ints beyond float range
+        raise _Reject(reason, f"'{key}' is too large to be a float") from None
+    if not math.isfinite(f):
+        raise _Reject(reason, f"'{key}' must be finite (got {_show(v, 20)})")
+    return f
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def _document_map(doc: Document) -> dict[str, Any]:
+    m: dict[str, Any] = {"id": doc.id}
+    if doc.text is not None:
+        m["text"] = doc.text
+    if doc.tokens is not None:
+        m["tokens"] = list(doc.tokens)
+    if doc.label is not None:
+        m["label"] = doc.label
+    if doc.labels is not None:
+        m["labels"] = list(doc.labels)
+    if doc.response is not None:
+        m["response"] = doc.response
+    if doc.ts is not None:
+        m["ts"] = doc.ts
+    return m
+
+
+def encode_document(doc: Document) -> bytes:
+    """One document as a single-document message (no validation: tests use it for bad input too)."""
+    return msgpack.packb(_document_map(doc), use_bin_type=True)
+
+
+def encode_documents(docs: Iterable[Document]) -> bytes:
+    """Several documents as one array (minibatch) message."""
+    return msgpack.packb([_document_map(d) for d in docs], use_bin_type=True)
+
+
+def prediction_key(doc_id: str | int) -> bytes:
+    """Kafka message key of a prediction: the document id as UTF-8 (ints in decimal)."""
+    v = _norm_id(doc_id)
+    return (v if isinstance(v, str) else str(v)).encode("utf-8")
+
+
+def _norm_id(doc_id: Any) -> str | int:
+    # numpy integer ids come back from arrays; msgpack cannot pack them, so make them int.
+    if isinstance(doc_id, str):
+        return doc_id
+    if not isinstance(doc_id, bool):
+        try:
+            return operator.index(doc_id)
+        except TypeError:
+            pass
+    raise TypeError(f"document id must be str or int, got {type(doc_id).__name__}")
+
+
+def encode_prediction(
+    doc_id: str | int,
+    topics: Iterable[tuple[int, float]],
+    *,
+    label: str | None = None,
+    scores: Mapping[str, float] | None = None,
+    response: float | None = None,
+    model_version: int,
+    ts: float,
+) -> bytes:
+    """Prediction message; numpy scalars are accepted and converted (msgpack cannot pack them)."""
+    doc_id = _norm_id(doc_id)
+    pairs = [(int(k), float(p)) for k, p in topics]
+    pairs.sort(key=lambda kp: (-kp[1], kp[0]))  # ties by topic index: deterministic output
+    m: dict[str, Any] = {"id": doc_id, "topics": [list(kp) for kp in pairs]}
+    if label is not None:
+        m["label"] = str(label)
+    if scores is not None:
+        m["scores"] = {str(k): float(v) for k, v in scores.items()}
+    if response is not None:
+        m["response"] = float(response)
+    m["model_version"] = int(model_version)
+    m["ts"] = float(ts)
+    return msgpack.packb(m, use_bin_type=True)
+
+
+def decode_prediction(raw: bytes) -> dict[str, Any]:
+    """Decode a prediction message; ``topics`` comes back as a list of ``(k, p)`` tuples.
+
+    Raises ``ValueError`` if the bytes are not a prediction message.
+    """
+    m = _unpack_map(raw, "prediction")
+    missing = {"id", "topics", "model_version", "ts"} - m.keys()
+    if missing:
+        raise ValueError(f"prediction message lacks {sorted(missing)}")
+    if not isinstance(m["topics"], list) or not all(isinstance(t, list) and len(t) == 2 for t in m["topics"]):
+        raise ValueError("prediction 'topics' must be an array of [topic, proportion] pairs")
+    m["topics"] = [(int(k), float(p)) for k, p in m["topics"]]
+    return m
+
+
+def encode_dead_letter(dl: DeadLetter, *, ts: float, max_raw_bytes: int | None = None) -> bytes:
+    """Dead-letter message. ``raw`` is kept byte for byte unless it exceeds
+    ``max_raw_bytes`` (e.g. a ``message_too_large`` payload that the producer
+    could not send); then a prefix is kept and ``raw_truncated``/``raw_size``
+    are added."""
+    raw = bytes(dl.raw)
+    m: dict[str, Any] = {
+        "reason": dl.reason,
+        "detail": dl.detail,
+        "index": dl.index,
+        "source": {"topic": dl.topic, "partition": int(dl.partition), "offset": int(dl.offset)},
+        "raw": raw,
+        "ts": float(ts),
+    }
+    if max_raw_bytes is not None and len(raw) > max_raw_bytes:
+        m["raw"] = raw[: max(max_raw_bytes, 0)]
+        m["raw_truncated"] = True
+        m["raw_size"] = len(raw)
+    return msgpack.packb(m, use_bin_type=True)
+
+
+def decode_dead_letter(raw: bytes) -> dict[str, Any]:
+    """Decode a dead-letter message (``raw`` as bytes). Raises ``ValueError`` on bad input."""
+    m = _unpack_map(raw, "dead-letter")
+    missing = {"reason", "detail", "index", "source", "raw", "ts"} - m.keys()
+    if missing:
+        raise ValueError(f"dead-letter message lacks {sorted(missing)}")
+    if not isinstance(m["raw"], bytes):
+        raise ValueError("dead-letter 'raw' must be msgpack bin")
+    return m
+
+
+def _unpack_map(raw: bytes, what: str) -> dict[str, Any]:
+    try:
+        m = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+    except Exception as e:
+        raise ValueError(f"not a {what} message: {_unpack_error_detail(e)}") from e
+    if not isinstance(m, dict):
+        raise ValueError(f"not a {what} message: top level is {_tname(m)}, expected map")
+    return m
