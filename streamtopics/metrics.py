@@ -1,0 +1,449 @@
+"""Every Prometheus metric of the daemon, and its HTTP endpoints.
+
+One place defines all names so dashboards and alerts (deploy/) can be checked
+against it. Each ``Metrics`` owns its own ``CollectorRegistry``: tests and
+embedded uses create several without clashing in the global registry.
+
+Conventions (prometheus-client): the unit is in the name, counters end in
+``_total``, and every label has a small fixed value set, pre-created at zero
+so that ``rate()`` and alerts see the series before the first event.
+
+Exposed series (a histogram ``X`` also yields ``X_bucket``, ``X_sum``, ``X_count``):
+
+=============================================  =========  =====================
+name                                           type       labels
+=============================================  =========  =====================
+streamtopics_documents_total                   counter
+streamtopics_tokens_total                      counter
+streamtopics_batches_total                     counter
+streamtopics_batch_duration_seconds            histogram  stage (STAGES)
+streamtopics_end_to_end_latency_seconds        histogram
+streamtopics_consumer_lag_messages             gauge      partition
+streamtopics_local_iterations                  histogram
+streamtopics_restart_acceptance_ratio          gauge
+streamtopics_mh_acceptance_ratio               gauge      proposal (PROPOSALS)
+streamtopics_alias_rebuilds_total              counter
+streamtopics_objective_per_token               gauge
+streamtopics_prequential_accuracy              gauge
+streamtopics_prequential_window_documents      gauge
+streamtopics_snapshot_age_seconds              gauge      (computed at scrape)
+streamtopics_snapshot_duration_seconds         histogram
+streamtopics_snapshots_total                   counter
+streamtopics_snapshot_failures_total           counter    reason (SNAPSHOT_FAILURE_REASONS)
+streamtopics_dead_letters_total                counter    reason (codec's codes)
+streamtopics_vocabulary_size                   gauge
+streamtopics_model_version                     gauge
+streamtopics_documents_per_second              gauge
+streamtopics_tokens_per_second                 gauge
+streamtopics_broker_up                         gauge
+streamtopics_ready                             gauge
+streamtopics_producer_pending_messages         gauge
+streamtopics_build_info                        info       version, engine, update
+=============================================  =========  =====================
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import math
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+import prometheus_client.exposition as _expo
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    generate_latest,
+)
+
+log = logging.getLogger(__name__)
+
+# generate_latest() writes the classic text format (our names need no UTF-8
+# escaping); label it 0.0.4, which every Prometheus 2.x and 3.x scraper accepts.
+# prometheus-client >= 0.22 labels CONTENT_TYPE_LATEST as 1.0.0 instead.
+CONTENT_TYPE = getattr(_expo, "CONTENT_TYPE_PLAIN_0_0_4", _expo.CONTENT_TYPE_LATEST)
+
+__all__ = [
+    "Metrics",
+    "MetricsServer",
+    "METRIC_NAMES",
+    "STAGES",
+    "PROPOSALS",
+    "SNAPSHOT_FAILURE_REASONS",
+    "snapshot_failure_reason",
+]
+
+STAGES = ("decode", "predict", "publish", "learn", "commit", "total")
+PROPOSALS = ("word", "doc", "exp")
+SNAPSHOT_FAILURE_REASONS = ("disk_full", "permission", "io_error", "other")
+
+# Stage times run from sub-millisecond decode to multi-second learn steps.
+_BATCH_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                  1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# End-to-end reaches minutes while a backlog is replayed after a restart.
+_E2E_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                60.0, 300.0, 1800.0)
+_ITER_BUCKETS = (1, 2, 3, 5, 8, 10, 15, 20, 30, 50, 100, 200)
+_SNAPSHOT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class Metrics:
+    """All daemon metrics, registered in a private registry (``self.registry``).
+
+    Attributes are the prometheus-client objects themselves (``documents``,
+    ``batch_duration`` ...), so callers can use ``.inc()``, ``.labels()``,
+    ``.observe()`` directly; the helper methods below add validation where a
+    typo would silently create an unbounded or misleading series.
+
+    ``dead_letter_reasons``: the codec's fixed set of reason codes, pre-created
+    at zero. ``dead_letter()`` accepts any string, but callers must only pass
+    codes from that fixed set to keep the label's cardinality bounded.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        dead_letter_reasons: Iterable[str] = (),
+    ) -> None:
+        r = self.registry = registry if registry is not None else CollectorRegistry()
+
+        # Throughput.
+        self.documents = Counter("streamtopics_documents_total",
+                                 "Documents processed (predicted and learned).", registry=r)
+        self.tokens = Counter("streamtopics_tokens_total",
+                              "Tokens in processed documents.", registry=r)
+        self.batches = Counter("streamtopics_batches_total", "Batches processed.", registry=r)
+        self.documents_per_second = Gauge("streamtopics_documents_per_second",
+                                          "Documents per second, smoothed by the daemon.",
+                                          registry=r)
+        self.tokens_per_second = Gauge("streamtopics_tokens_per_second",
+                                       "Tokens per second, smoothed by the daemon.", registry=r)
+
+        # Latency.
+        self.batch_duration = Histogram(
+            "streamtopics_batch_duration_seconds",
+            "Time spent per batch in each stage of the loop ('total' is the whole batch).",
+            ["stage"], buckets=_BATCH_BUCKETS, registry=r)
+        self.end_to_end_latency = Histogram(
+            "streamtopics_end_to_end_latency_seconds",
+            "Kafka message timestamp to prediction acknowledged by the broker.",
+            buckets=_E2E_BUCKETS, registry=r)
+        self.consumer_lag = Gauge("streamtopics_consumer_lag_messages",
+                                  "Messages behind the high watermark, per assigned partition.",
+                                  ["partition"], registry=r)
+        self.producer_pending = Gauge("streamtopics_producer_pending_messages",
+                                      "Predictions sent but not yet acknowledged.", registry=r)
+
+        # Inference.
+        self.local_iterations = Histogram("streamtopics_local_iterations",
+                                          "Local-step iterations per document.",
+                                          buckets=_ITER_BUCKETS, registry=r)
+        self.restart_acceptance_ratio = Gauge(
+            "streamtopics_restart_acceptance_ratio",
+            "Share of local-step restarts accepted in the last batch.", registry=r)
+        self.mh_acceptance_ratio = Gauge("streamtopics_mh_acceptance_ratio",
+                                         "Metropolis-Hastings acceptance ratio per proposal.",
+                                         ["proposal"], registry=r)
+        self.alias_rebuilds = Counter("streamtopics_alias_rebuilds_total",
+                                      "Alias tables rebuilt.", registry=r)
+
+        # Model quality and size.
+        self.objective_per_token = Gauge("streamtopics_objective_per_token",
+                                         "Training objective (ELBO or log-likelihood) per token.",
+                                         registry=r)
+        self.prequential_accuracy = Gauge(
+            "streamtopics_prequential_accuracy",
+            "Accuracy of predictions made before learning each labelled document "
+            "(sliding window).", registry=r)
+        self.prequential_window_documents = Gauge(
+            "streamtopics_prequential_window_documents",
+            "Labelled documents currently in the prequential window.", registry=r)
+        self.vocabulary_size = Gauge("streamtopics_vocabulary_size", "Words in the vocabulary.",
+                                     registry=r)
+        self.model_version = Gauge("streamtopics_model_version",
+                                   "Global updates applied to the model.", registry=r)
+
+        # Snapshots.
+        self._created_at = time.time()
+        self._last_snapshot_at: float | None = None
+        self.snapshot_age = Gauge(
+            "streamtopics_snapshot_age_seconds",
+            "Seconds since the last successful snapshot (since start if none yet).",
+            registry=r)
+        self.snapshot_age.set_function(self._snapshot_age)
+        self.snapshot_duration = Histogram("streamtopics_snapshot_duration_seconds",
+                                           "Time to write one snapshot.",
+                                           buckets=_SNAPSHOT_BUCKETS, registry=r)
+        self.snapshots = Counter("streamtopics_snapshots_total", "Snapshots written.", registry=r)
+        self.snapshot_failures = Counter("streamtopics_snapshot_failures_total",
+                                         "Snapshot attempts that failed, by cause.",
+                                         ["reason"], registry=r)
+
+        # Input quality.
+        self.dead_letters = Counter(
+            "streamtopics_dead_letters_total",
+            "Records sent to the dead-letter topic, by codec reason code (fixed set).",
+            ["reason"], registry=r)
+
+        # Health.
+        self.broker_up = Gauge("streamtopics_broker_up",
+                               "1 if the Kafka broker answered the last request.", registry=r)
+        self.ready = Gauge("streamtopics_ready",
+                           "1 once the daemon consumes and publishes normally.", registry=r)
+        self.build_info = Info("streamtopics_build", "Version and configuration.", registry=r)
+
+        # Pre-create labelled series at 0 so rate() and absent() behave from the start.
+        for stage in STAGES:
+            self.batch_duration.labels(stage=stage)
+        for reason in SNAPSHOT_FAILURE_REASONS:
+            self.snapshot_failures.labels(reason=reason)
+        for reason in dead_letter_reasons:
+            self.dead_letters.labels(reason=reason)
+        # Unknown until measured: NaN shows as a gap, not as a misleading 0.
+        for g in (self.objective_per_token, self.prequential_accuracy,
+                  self.restart_acceptance_ratio):
+            g.set(math.nan)
+        for proposal in PROPOSALS:
+            self.mh_acceptance_ratio.labels(proposal=proposal).set(math.nan)
+        self._ready_flag = False
+
+    # -- helpers with validation -----------------------------------------
+
+    def observe_stage(self, stage: str, seconds: float) -> None:
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}; expected one of {STAGES}")
+        self.batch_duration.labels(stage=stage).observe(seconds)
+
+    def observe_batch(self, documents: int, tokens: int) -> None:
+        self.batches.inc()
+        self.documents.inc(documents)
+        self.tokens.inc(tokens)
+
+    def observe_end_to_end(self, message_timestamp_ms: int, now: float | None = None) -> float:
+        """Record latency from a Kafka record timestamp (ms since epoch); returns seconds.
+
+        Clock skew between producer and daemon can make it negative: clamped to 0.
+        """
+        now = time.time() if now is None else now
+        latency = max(0.0, now - message_timestamp_ms / 1000.0)
+        self.end_to_end_latency.observe(latency)
+        return latency
+
+    def set_mh_acceptance(self, proposal: str, ratio: float) -> None:
+        if proposal not in PROPOSALS:
+            raise ValueError(f"unknown proposal {proposal!r}; expected one of {PROPOSALS}")
+        self.mh_acceptance_ratio.labels(proposal=proposal).set(ratio)
+
+    def set_lag(self, partition: int, lag: int) -> None:
+        self.consumer_lag.labels(partition=str(int(partition))).set(lag)
+
+    def forget_partition(self, partition: int) -> None:
+        """Drop a revoked partition's lag series (it would otherwise freeze at its last value)."""
+        try:
+            self.consumer_lag.remove(str(int(partition)))
+        except KeyError:
+            pass
+
+    def dead_letter(self, reason: str, n: int = 1) -> None:
+        """Count dead letters; ``reason`` must come from the codec's fixed set of codes."""
+        self.dead_letters.labels(reason=reason).inc(n)
+
+    def snapshot_succeeded(self, duration_s: float | None = None, at: float | None = None) -> None:
+        """Record a snapshot written (or, with duration None, loaded at startup) at ``at``."""
+        if duration_s is not None:
+            self.snapshots.inc()
+            self.snapshot_duration.observe(duration_s)
+        self._last_snapshot_at = time.time() if at is None else float(at)
+
+    def snapshot_failed(self, reason: str | BaseException) -> str:
+        """Count a failed snapshot; accepts a reason code or the exception. Returns the code."""
+        code = reason if isinstance(reason, str) else snapshot_failure_reason(reason)
+        if code not in SNAPSHOT_FAILURE_REASONS:
+            code = "other"
+        self.snapshot_failures.labels(reason=code).inc()
+        return code
+
+    def set_broker_up(self, up: bool) -> None:
+        self.broker_up.set(1 if up else 0)
+
+    def set_ready(self, ready: bool) -> None:
+        self._ready_flag = bool(ready)
+        self.ready.set(1 if ready else 0)
+
+    @property
+    def is_ready(self) -> bool:
+        return self._ready_flag
+
+    def set_build_info(self, version: str, engine: str, update: str) -> None:
+        self.build_info.info({"version": str(version), "engine": str(engine),
+                              "update": str(update)})
+
+    def _snapshot_age(self) -> float:
+        since = self._last_snapshot_at if self._last_snapshot_at is not None else self._created_at
+        return max(0.0, time.time() - since)
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of this registry."""
+        return generate_latest(self.registry)
+
+
+def snapshot_failure_reason(exc: BaseException) -> str:
+    """Map an exception from a snapshot write to one of SNAPSHOT_FAILURE_REASONS."""
+    if isinstance(exc, OSError):
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return "disk_full"
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) or isinstance(exc, PermissionError):
+            return "permission"
+        return "io_error"
+    return "other"
+
+
+# Metric family names as exposed; tests check dashboards and alerts against them.
+METRIC_NAMES: dict[str, str] = {
+    "streamtopics_documents_total": "counter",
+    "streamtopics_tokens_total": "counter",
+    "streamtopics_batches_total": "counter",
+    "streamtopics_batch_duration_seconds": "histogram",
+    "streamtopics_end_to_end_latency_seconds": "histogram",
+    "streamtopics_consumer_lag_messages": "gauge",
+    "streamtopics_local_iterations": "histogram",
+    "streamtopics_restart_acceptance_ratio": "gauge",
+    "streamtopics_mh_acceptance_ratio": "gauge",
+    "streamtopics_alias_rebuilds_total": "counter",
+    "streamtopics_objective_per_token": "gauge",
+    "streamtopics_prequential_accuracy": "gauge",
+    "streamtopics_prequential_window_documents": "gauge",
+    "streamtopics_snapshot_age_seconds": "gauge",
+    "streamtopics_snapshot_duration_seconds": "histogram",
+    "streamtopics_snapshots_total": "counter",
+    "streamtopics_snapshot_failures_total": "counter",
+    "streamtopics_dead_letters_total": "counter",
+    "streamtopics_vocabulary_size": "gauge",
+    "streamtopics_model_version": "gauge",
+    "streamtopics_documents_per_second": "gauge",
+    "streamtopics_tokens_per_second": "gauge",
+    "streamtopics_broker_up": "gauge",
+    "streamtopics_ready": "gauge",
+    "streamtopics_producer_pending_messages": "gauge",
+    "streamtopics_build_info": "info",
+}
+
+HealthCallback = Callable[[], tuple[bool, dict]]
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a stuck scrape never blocks shutdown
+    allow_reuse_address = True
+
+
+class MetricsServer:
+    """HTTP endpoints on a daemon thread: ``/metrics``, ``/healthz``, ``/readyz``.
+
+    Binds and starts serving in the constructor (``port=0`` picks a free port,
+    see ``.port``). ``health``/``ready`` return ``(ok, details)``; the endpoint
+    answers 200 or 503 with ``{"status": "ok"|"fail", **details}``. A callback
+    that raises counts as not ok. Defaults: always healthy; ready follows
+    ``metrics.set_ready()``.
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        health: HealthCallback | None = None,
+        ready: HealthCallback | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self._health = health or (lambda: (True, {}))
+        self._ready = ready or (lambda: (metrics.is_ready, {}))
+        handler = _make_handler(self)
+        server_cls = _Server
+        if ":" in host:  # IPv6 literal
+            server_cls = type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
+        self._server = server_cls((host, port), handler)
+        self.host = host
+        self.port: int = self._server.server_address[1]
+        self._stopped = False
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+            name=f"metrics-http-{self.port}", daemon=True)
+        self._thread.start()
+        log.info("metrics endpoint on http://%s:%d/metrics", host, self.port)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def stop(self) -> None:
+        """Stop serving and close the socket. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _make_handler(owner: MetricsServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        timeout = 10  # a client that never finishes its request frees the thread
+        server_version = "streamtopics"
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            path = urlsplit(self.path).path
+            if path == "/metrics":
+                try:
+                    body = owner.metrics.exposition()
+                except Exception:
+                    log.exception("metrics exposition failed")
+                    self._send(500, b"exposition failed\n", "text/plain; charset=utf-8")
+                    return
+                self._send(200, body, CONTENT_TYPE)
+            elif path == "/healthz":
+                self._probe(owner._health)
+            elif path == "/readyz":
+                self._probe(owner._ready)
+            else:
+                self._send(404, b"not found\n", "text/plain; charset=utf-8")
+
+        def _probe(self, callback: HealthCallback) -> None:
+            try:
+                ok, details = callback()
+            except Exception as exc:  # a broken check must read as "not ok", not a 500
+                log.warning("probe callback failed: %r", exc)
+                ok, details = False, {"error": repr(exc)}
+            payload = {"status": "ok" if ok else "fail", **(details or {})}
+            body = (json.dumps(payload, default=str, sort_keys=True) + "\n").encode()
+            self._send(200 if ok else 503, body, "application/json")
+
+        def _send(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, fmt: str, *args) -> None:
+            # http.server writes every request to stderr by default; scrapes are noise.
+            log.debug("%s - %s", self.address_string(), fmt % args)
+
+    return Handler
