@@ -1,0 +1,626 @@
+"""Typed configuration: one TOML file, environment overrides, validated once at start-up.
+
+Sources, later ones winning:
+
+1. the defaults declared below (identical to ``config/streamtopics.toml``);
+2. the TOML file given to ``load_config``;
+3. environment variables ``STREAMTOPICS_<SECTION>__<KEY>`` (double underscore
+   between section and key), e.g. ``STREAMTOPICS_KAFKA__BOOTSTRAP_SERVERS=host:9092``
+   or ``STREAMTOPICS_MODEL__N_TOPICS=50``. Values are parsed by the key's type:
+   booleans accept true/false/1/0/yes/no/on/off, tables (``extra_consumer``)
+   an inline TOML table such as ``{max_poll_records = 100}``.
+   Variables with the prefix but without ``__`` are not configuration keys
+   and are ignored.
+
+Every key is declared once, with its type, default, allowed values or range
+and help text. Validation collects every problem and raises one
+``ConfigError`` listing all of them, each line naming the key (and the
+environment variable it came from) and what is allowed, e.g.::
+
+    config error: model.engine = "gibbs" is not one of: lsparse, alias
+    config error: batch.max_docs must be an integer >= 1 (got 0)
+    config error: unknown key model.n_topic (did you mean model.n_topics?)
+
+Relative paths (``snapshot.dir``, SSL files) resolve against the working directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import os
+import re
+import tomllib
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if typing.TYPE_CHECKING:
+    from streamtopics.stream.codec import Limits
+
+__all__ = [
+    "ENV_PREFIX",
+    "BatchConfig",
+    "Config",
+    "ConfigError",
+    "KafkaConfig",
+    "LimitsConfig",
+    "LoggingConfig",
+    "MetricsConfig",
+    "ModelConfig",
+    "SnapshotConfig",
+    "TopicsConfig",
+    "load_config",
+]
+
+ENV_PREFIX = "STREAMTOPICS_"
+MASK = "***"
+
+
+class ConfigError(ValueError):
+    """All configuration problems found, one ``config error: ...`` line each."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = list(errors)
+        super().__init__("\n".join(self.errors))
+
+
+# --------------------------------------------------------------------------- field spec
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a key accepts. The type comes from the dataclass annotation."""
+
+    help: str
+    choices: tuple[str, ...] | None = None
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    nonempty: bool = False
+    secret: bool = False
+
+
+def opt(default: Any, help: str, **spec: Any) -> Any:
+    """Declare one configuration key."""
+    md = {"spec": Spec(help=help, **spec)}
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=md)
+    return field(default=default, metadata=md)
+
+
+def _spec(f: dataclasses.Field) -> Spec:
+    return f.metadata["spec"]
+
+
+# --------------------------------------------------------------------------- sections
+
+_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_SASL_MECHANISMS = ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap_servers: str = opt("127.0.0.1:9092", "Comma-separated host:port list of brokers to bootstrap from.", nonempty=True)
+    client_id: str = opt("streamtopics", "Client id shown in broker logs and quotas.", nonempty=True)
+    group_id: str = opt("streamtopics", "Consumer group; offsets are committed under it.", nonempty=True)
+    security_protocol: str = opt("PLAINTEXT", "How to reach the brokers.", choices=_SECURITY_PROTOCOLS)
+    sasl_mechanism: str = opt(
+        "",
+        "SASL mechanism; required with SASL_* protocols, empty otherwise. OAUTHBEARER needs a token "
+        "provider object supplied in code; GSSAPI options go in extra_consumer/extra_producer.",
+        choices=_SASL_MECHANISMS,
+    )
+    sasl_plain_username: str = opt("", "User for PLAIN and SCRAM-*.")
+    sasl_plain_password: str = opt(
+        "", "Password for PLAIN and SCRAM-*; prefer STREAMTOPICS_KAFKA__SASL_PLAIN_PASSWORD to a file.", secret=True
+    )
+    ssl_cafile: str = opt("", "CA bundle (PEM) to verify brokers; empty = system CAs. SSL and SASL_SSL only.")
+    ssl_certfile: str = opt("", "Client certificate (PEM) for mutual TLS. SSL and SASL_SSL only.")
+    ssl_keyfile: str = opt("", "Client private key (PEM) for mutual TLS. SSL and SASL_SSL only.")
+    ssl_check_hostname: bool = opt(True, "Verify that broker certificates match their host names.")
+    session_timeout_ms: int = opt(
+        10000, "Group member is expelled after this long without a heartbeat; group joins take about half of it.", ge=1
+    )
+    heartbeat_interval_ms: int = opt(3000, "Heartbeat period; must be below session_timeout_ms (a third is usual).", ge=1)
+    max_poll_interval_ms: int = opt(300000, "Longest allowed gap between polls before the member leaves the group.", ge=1)
+    fetch_max_wait_ms: int = opt(
+        100, "Longest a fetch waits for data; bounds end-to-end latency on brokers that do not wake fetches.", ge=0
+    )
+    request_timeout_ms: int = opt(30000, "Client request timeout; must exceed fetch_max_wait_ms and stay below the 9-minute idle-connection limit.", ge=1, le=539999)
+    compression_type: str = opt("zstd", "Producer compression.", choices=("none", "gzip", "snappy", "lz4", "zstd"))
+    producer_linger_ms: int = opt(10, "Producer waits this long to fill a batch (throughput vs latency).", ge=0)
+    producer_batch_size: int = opt(262144, "Producer batch size in bytes per partition.", ge=1)
+    producer_max_in_flight: int = opt(5, "Unacknowledged produce requests per connection.", ge=1)
+    enable_idempotence: bool = opt(
+        False,
+        "Idempotent producer. Off by default: a broker that loses producer state on restart (tansu) "
+        "breaks a long-lived idempotent producer; exactness comes from snapshots with offsets instead.",
+    )
+    create_topics: bool = opt(True, "Create the input, output and dead-letter topics at start-up if missing.")
+    input_partitions: int = opt(1, "Partitions of topics created by streamtopics.", ge=1)
+    replication_factor: int = opt(1, "Replication factor of topics created by streamtopics (3 on a real cluster).", ge=1)
+    extra_consumer: dict[str, Any] = opt({}, "Extra kafka-python KafkaConsumer settings, passed verbatim (they win).")
+    extra_producer: dict[str, Any] = opt({}, "Extra kafka-python KafkaProducer settings, passed verbatim (they win).")
+
+    def _common_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap_servers,
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+            "request_timeout_ms": self.request_timeout_ms,
+        }
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            kw["ssl_check_hostname"] = self.ssl_check_hostname
+        # kafka-python treats "" as a value (e.g. an empty CA path), so unset means absent.
+        for key in ("sasl_mechanism", "sasl_plain_username", "sasl_plain_password", "ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            value = getattr(self, key)
+            if value != "":
+                kw[key] = value
+        return kw
+
+    def consumer_kwargs(self) -> dict[str, Any]:
+        """``KafkaConsumer(**kwargs)``: manual commits (offsets are saved with the model), earliest reset."""
+        kw = self._common_kwargs()
+        kw.update(
+            group_id=self.group_id,
+            session_timeout_ms=self.session_timeout_ms,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            max_poll_interval_ms=self.max_poll_interval_ms,
+            fetch_max_wait_ms=self.fetch_max_wait_ms,
+            enable_auto_commit=False,
+            # 'latest' is unreliable on tansu and would silently skip data on a new group.
+            auto_offset_reset="earliest",
+        )
+        kw.update(self.extra_consumer)
+        return kw
+
+    def producer_kwargs(self) -> dict[str, Any]:
+        """``KafkaProducer(**kwargs)``: acks=all; values are bytes already encoded by the codec."""
+        kw = self._common_kwargs()
+        kw.update(
+            acks="all",
+            enable_idempotence=self.enable_idempotence,
+            linger_ms=self.producer_linger_ms,
+            batch_size=self.producer_batch_size,
+            max_in_flight_requests_per_connection=self.producer_max_in_flight,
+        )
+        if self.compression_type != "none":
+            kw["compression_type"] = self.compression_type
+        kw.update(self.extra_producer)
+        return kw
+
+    def admin_kwargs(self) -> dict[str, Any]:
+        """``KafkaAdminClient(**kwargs)`` for topic creation."""
+        return self._common_kwargs()
+
+
+@dataclass(frozen=True)
+class TopicsConfig:
+    input: str = opt("documents", "Topic the documents are read from.", nonempty=True)
+    output: str = opt("predictions", "Topic the per-document predictions are written to.", nonempty=True)
+    dead_letter: str = opt("dead-letters", "Topic for messages that could not be processed.", nonempty=True)
+    snapshots: str = opt("", "Topic announcing each written snapshot (path and offsets); empty = do not announce.")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    engine: str = opt("lsparse", "Local inference: lsparse (sparse variational) or alias (alias-table Metropolis-Hastings).", choices=("lsparse", "alias"))
+    n_topics: int = opt(100, "Number of topics K.", ge=2, le=100000)
+    sparsity: int = opt(8, "Non-zero topics kept per document in the sparse local step (at most n_topics).", ge=1)
+    update: str = opt("stochastic", "Global update: stochastic (decaying step) or memoized (exact over a window of batches).", choices=("stochastic", "memoized"))
+    alpha: float = opt(0.1, "Document-topic Dirichlet prior.", gt=0)
+    beta: float = opt(0.01, "Topic-word Dirichlet prior.", gt=0)
+    seed: int = opt(0, "Random seed; same seed and input give the same model.", ge=0)
+    delay: float = opt(1.0, "Stochastic step rho_t = max(rho_min, (delay + t) ** -forgetting_rate): tau0.", ge=0)
+    forgetting_rate: float = opt(0.6, "Stochastic step decay kappa; (0.5, 1] guarantees convergence.", gt=0.5, le=1)
+    rho_min: float = opt(0.0, "Floor of the stochastic step so the model keeps adapting to drift; 0 = no floor.", ge=0, lt=1)
+    corpus_size: int = opt(0, "Documents the stochastic update scales a batch to; 0 = estimate from the stream.", ge=0)
+    memo_window: int = opt(256, "Batches the memoized update remembers (older ones are forgotten).", ge=1)
+    vocab_cap: int = opt(200000, "Largest vocabulary size.", ge=1)
+    vocab_policy: str = opt("ignore", "When the vocabulary is full: ignore new words, or evict the rarest.", choices=("ignore", "evict"))
+    min_word_len: int = opt(2, "Shorter tokens are dropped by the tokenizer.", ge=1)
+    stopwords: str = opt("english", "Stopword list removed by the tokenizer.", choices=("english", "none"))
+    supervision: str = opt("none", "Supervised topics: none, hinge (max-margin), logistic, or regression on 'response'.", choices=("none", "hinge", "logistic", "regression"))
+    max_local_iters: int = opt(100, "Upper bound on local-step iterations per document.", ge=1)
+    local_tol: float = opt(0.05, "Local step stops when the mean change of theta falls below this.", gt=0)
+    restarts: bool = opt(True, "Local-step restarts: try other initialisations on hard documents and keep the best.")
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    max_docs: int = opt(256, "A minibatch is learned when it holds this many documents ...", ge=1)
+    max_wait_ms: int = opt(1000, "... or when its first document has waited this long.", ge=0)
+    max_inflight_predictions: int = opt(10000, "Backpressure: polling pauses while this many predictions await delivery.", ge=1)
+
+
+@dataclass(frozen=True)
+class SnapshotConfig:
+    dir: str = opt("var/snapshots", "Directory of snapshot files (written atomically).", nonempty=True)
+    every_batches: int = opt(50, "Snapshot every N learned batches; 0 = off.", ge=0)
+    every_seconds: float = opt(60.0, "Snapshot at least this often; 0 = off.", ge=0)
+    keep: int = opt(5, "Snapshots kept on disk; older ones are deleted.", ge=1)
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    host: str = opt("127.0.0.1", "Address of the Prometheus /metrics and health endpoints.", nonempty=True)
+    port: int = opt(9464, "Port of the metrics endpoint; 0 = any free port.", ge=0, le=65535)
+    prequential_window: int = opt(1000, "Documents in the sliding window of prequential (test-then-train) metrics.", ge=1)
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    level: str = opt("INFO", "Log level.", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    format: str = opt("json", "json (one object per line, for collectors) or text (for terminals).", choices=("json", "text"))
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """Input bounds; mirrors ``streamtopics.stream.codec.Limits``. Calling it builds one."""
+
+    max_message_bytes: int = opt(1_048_576, "Largest accepted message value in bytes (checked before decoding).", ge=1)
+    max_text_chars: int = opt(200_000, "Largest 'text' in characters.", ge=1)
+    max_tokens: int = opt(50_000, "Most 'tokens' per document.", ge=1)
+    max_token_chars: int = opt(100, "Longest token in characters.", ge=1)
+    max_docs_per_message: int = opt(10_000, "Most documents in one array message.", ge=1)
+    max_labels: int = opt(64, "Most 'labels' per document.", ge=1)
+    max_label_chars: int = opt(128, "Longest label in characters.", ge=1)
+
+    def __call__(self) -> Limits:
+        # Imported late: config must not pull in the stream package at import time.
+        from streamtopics.stream.codec import Limits
+
+        return Limits(**dataclasses.asdict(self))
+
+
+_SECTIONS: dict[str, type] = {
+    "kafka": KafkaConfig,
+    "topics": TopicsConfig,
+    "model": ModelConfig,
+    "batch": BatchConfig,
+    "snapshot": SnapshotConfig,
+    "metrics": MetricsConfig,
+    "logging": LoggingConfig,
+    "limits": LimitsConfig,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration. ``cfg.limits()`` returns the codec ``Limits``."""
+
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    topics: TopicsConfig = field(default_factory=TopicsConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Plain nested dict for logs and snapshot headers; secrets shown as ``***``."""
+        out: dict[str, dict[str, Any]] = {}
+        for name in _SECTIONS:
+            section = getattr(self, name)
+            d: dict[str, Any] = {}
+            for f in dataclasses.fields(section):
+                v = getattr(section, f.name)
+                if _spec(f).secret:
+                    v = MASK if v else ""
+                elif isinstance(v, dict):
+                    v = {k: (MASK if _secret_name(k) and x not in ("", None) else x) for k, x in v.items()}
+                d[f.name] = v
+            out[name] = d
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Config:
+        """Validate a mapping shaped like the TOML file (plus optional env overrides)."""
+        return _build(data, env or {})
+
+
+def _secret_name(key: str) -> bool:
+    k = key.lower()
+    return any(s in k for s in ("password", "secret", "token"))
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path | None, env: Mapping[str, str] = os.environ) -> Config:
+    """Read ``path`` (or only defaults when None), apply env overrides, validate everything."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError([f"config error: cannot read {path}: {e}"]) from None
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError([f"config error: {path} is not valid TOML: {e}"]) from None
+    return _build(data, env)
+
+
+def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
+    errors: list[str] = []
+    # section -> key -> (value, env variable name or None)
+    values: dict[str, dict[str, tuple[Any, str | None]]] = {s: {} for s in _SECTIONS}
+
+    for sname, table in data.items():
+        if sname not in _SECTIONS:
+            errors.append(f"config error: unknown section [{sname}]{_suggest(sname, _SECTIONS, '[{}]')}")
+            continue
+        if not isinstance(table, Mapping):
+            errors.append(f"config error: [{sname}] must be a table (got {_fmt(table)})")
+            continue
+        known = {f.name for f in dataclasses.fields(_SECTIONS[sname])}
+        for key, value in table.items():
+            if key not in known:
+                errors.append(
+                    f"config error: unknown key {sname}.{key}{_suggest(key, known, sname + '.{}')}"
+                )
+            else:
+                values[sname][key] = (value, None)
+
+    for var in sorted(env):
+        if not var.startswith(ENV_PREFIX) or "__" not in var[len(ENV_PREFIX):]:
+            continue
+        sname, _, key = var[len(ENV_PREFIX):].lower().partition("__")
+        if sname not in _SECTIONS:
+            errors.append(
+                f"config error: {var}: unknown section {sname!r}{_suggest(sname, _SECTIONS, ENV_PREFIX + '{}__' + key.upper(), upper=True)}"
+            )
+            continue
+        known = {f.name for f in dataclasses.fields(_SECTIONS[sname])}
+        if key not in known:
+            errors.append(
+                f"config error: {var}: unknown key {sname}.{key}"
+                f"{_suggest(key, known, ENV_PREFIX + sname.upper() + '__{}', upper=True)}"
+            )
+            continue
+        values[sname][key] = (env[var], var)
+
+    sections: dict[str, Any] = {}
+    for sname, cls in _SECTIONS.items():
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in values[sname]:
+                continue
+            raw, var = values[sname][f.name]
+            ok, value, err = _check(f, f"{sname}.{f.name}", raw, var)
+            if ok:
+                kwargs[f.name] = value
+            else:
+                errors.append(err)
+        sections[sname] = cls(**kwargs)  # invalid keys fall back to defaults so cross-checks still run
+    cfg = Config(**sections)
+    errors.extend(_cross_checks(cfg))
+    if errors:
+        raise ConfigError(errors)
+    return cfg
+
+
+def _suggest(word: str, candidates: Any, template: str, upper: bool = False) -> str:
+    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    if not match:
+        return ""
+    m = match[0].upper() if upper else match[0]
+    return f" (did you mean {template.format(m)}?)"
+
+
+def _fmt(v: Any) -> str:
+    """A value as it would be written in TOML."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    return repr(v)
+
+
+def _kind(f: dataclasses.Field) -> type:
+    t = f.type
+    if isinstance(t, str):  # annotations are strings under "from __future__ import annotations"
+        t = {"str": str, "int": int, "float": float, "bool": bool}.get(t, dict)
+    return typing.get_origin(t) or t
+
+
+def _range_text(s: Spec, integer: bool) -> str:
+    lo, lo_closed = (s.ge, True) if s.ge is not None else (s.gt, False)
+    hi, hi_closed = (s.le, True) if s.le is not None else (s.lt, False)
+
+    def num(x: float) -> str:
+        return str(int(x)) if integer or float(x).is_integer() else str(x)
+
+    if lo is not None and hi is not None:
+        if integer and lo_closed and hi_closed:
+            return f" in {num(lo)}..{num(hi)}"
+        return f" in {'[' if lo_closed else '('}{num(lo)}, {num(hi)}{']' if hi_closed else ')'}"
+    if lo is not None:
+        return f" {'>=' if lo_closed else '>'} {num(lo)}"
+    if hi is not None:
+        return f" {'<=' if hi_closed else '<'} {num(hi)}"
+    return ""
+
+
+def _in_range(s: Spec, x: float) -> bool:
+    return not (
+        (s.ge is not None and x < s.ge)
+        or (s.gt is not None and x <= s.gt)
+        or (s.le is not None and x > s.le)
+        or (s.lt is not None and x >= s.lt)
+    )
+
+
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+
+def _check(f: dataclasses.Field, name: str, raw: Any, var: str | None) -> tuple[bool, Any, str]:
+    """Parse (env strings) and validate one value: (ok, value, error line)."""
+    s = _spec(f)
+    kind = _kind(f)
+    where = f"{name} (from {var})" if var else name
+    shown = "***" if s.secret else _fmt(raw)
+
+    def fail(what: str) -> tuple[bool, Any, str]:
+        return False, None, f"config error: {where} must be {what} (got {shown})"
+
+    if kind is bool:
+        if var is not None and isinstance(raw, str):
+            low = raw.strip().lower()
+            if low in _TRUE or low in _FALSE:
+                return True, low in _TRUE, ""
+            return fail("a boolean: one of true, false, 1, 0, yes, no")
+        if isinstance(raw, bool):
+            return True, raw, ""
+        return fail("true or false")
+
+    if kind is int or kind is float:
+        value = raw
+        if var is not None and isinstance(raw, str):
+            try:
+                value = int(raw.strip()) if kind is int else float(raw.strip())
+            except ValueError:
+                value = None
+        integer = kind is int
+        ok_type = (
+            isinstance(value, int) if integer else isinstance(value, (int, float))
+        ) and not isinstance(value, bool)
+        if ok_type and not integer:
+            value = float(value)
+            ok_type = math.isfinite(value)  # TOML allows nan and inf
+        if not ok_type or not _in_range(s, value):
+            return fail(f"{'an integer' if integer else 'a number'}{_range_text(s, integer)}")
+        return True, value, ""
+
+    if kind is dict:
+        value = raw
+        if var is not None and isinstance(raw, str):
+            try:
+                value = tomllib.loads(f"v = {raw}")["v"]
+            except tomllib.TOMLDecodeError:
+                value = None
+        if not isinstance(value, dict):
+            return fail("a table, e.g. {max_poll_records = 100}" if var else "a table")
+        return True, dict(value), ""
+
+    # str
+    if not isinstance(raw, str):
+        return fail("a string")
+    if s.choices is not None and raw not in s.choices:
+        allowed = ", ".join(c if c else '"" (empty)' for c in s.choices)
+        return False, None, f"config error: {where} = {shown} is not one of: {allowed}"
+    if s.nonempty and not raw.strip():
+        return fail("a non-empty string")
+    return True, raw, ""
+
+
+# --------------------------------------------------------------------------- cross-field rules
+
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def _cross_checks(cfg: Config) -> list[str]:
+    errs: list[str] = []
+    k = cfg.kafka
+    E = "config error: "
+
+    if k.heartbeat_interval_ms >= k.session_timeout_ms:
+        errs.append(
+            f"{E}kafka.heartbeat_interval_ms ({k.heartbeat_interval_ms}) must be less than "
+            f"kafka.session_timeout_ms ({k.session_timeout_ms})"
+        )
+    if k.fetch_max_wait_ms >= k.request_timeout_ms:
+        errs.append(
+            f"{E}kafka.fetch_max_wait_ms ({k.fetch_max_wait_ms}) must be less than "
+            f"kafka.request_timeout_ms ({k.request_timeout_ms})"
+        )
+
+    sasl = k.security_protocol.startswith("SASL_")
+    tls = k.security_protocol in ("SSL", "SASL_SSL")
+    if sasl and not k.sasl_mechanism:
+        errs.append(
+            f"{E}kafka.sasl_mechanism must be set when kafka.security_protocol = {_fmt(k.security_protocol)} "
+            f"(one of: {', '.join(m for m in _SASL_MECHANISMS if m)})"
+        )
+    if not sasl:
+        for key in ("sasl_mechanism", "sasl_plain_username", "sasl_plain_password"):
+            if getattr(k, key):
+                errs.append(
+                    f"{E}kafka.{key} is set but kafka.security_protocol = {_fmt(k.security_protocol)} does not use SASL "
+                    "(use SASL_PLAINTEXT or SASL_SSL)"
+                )
+    if sasl and k.sasl_mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        if not k.sasl_plain_username:
+            errs.append(f"{E}kafka.sasl_plain_username must be set for kafka.sasl_mechanism = {_fmt(k.sasl_mechanism)}")
+        if not k.sasl_plain_password:
+            errs.append(
+                f"{E}kafka.sasl_plain_password must be set for kafka.sasl_mechanism = {_fmt(k.sasl_mechanism)} "
+                f"(e.g. via {ENV_PREFIX}KAFKA__SASL_PLAIN_PASSWORD)"
+            )
+    if not tls:
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            if getattr(k, key):
+                errs.append(
+                    f"{E}kafka.{key} is set but kafka.security_protocol = {_fmt(k.security_protocol)} does not use TLS "
+                    "(use SSL or SASL_SSL)"
+                )
+    if k.enable_idempotence and k.producer_max_in_flight > 5:
+        errs.append(f"{E}kafka.producer_max_in_flight must be <= 5 with kafka.enable_idempotence = true (got {k.producer_max_in_flight})")
+    errs.extend(_check_extra_kafka_keys(k))
+
+    t = cfg.topics
+    names = {"input": t.input, "output": t.output, "dead_letter": t.dead_letter, "snapshots": t.snapshots}
+    for key, name in names.items():
+        if name and (not _TOPIC_RE.match(name) or name in (".", "..")):
+            errs.append(
+                f"{E}topics.{key} = {_fmt(name)} is not a valid Kafka topic name "
+                "(1-249 characters from A-Z a-z 0-9 . _ -)"
+            )
+    seen: dict[str, str] = {}
+    for key, name in names.items():
+        if not name:
+            continue
+        if name in seen:
+            # e.g. predictions written to the input topic would be read back as documents
+            errs.append(f"{E}topics.{key} and topics.{seen[name]} must differ (both {_fmt(name)})")
+        else:
+            seen[name] = key
+
+    m = cfg.model
+    if m.sparsity > m.n_topics:
+        errs.append(f"{E}model.sparsity ({m.sparsity}) must be <= model.n_topics ({m.n_topics})")
+
+    b = cfg.batch
+    if b.max_inflight_predictions < b.max_docs:
+        # a full batch could never be published: the poll loop would wait forever
+        errs.append(
+            f"{E}batch.max_inflight_predictions ({b.max_inflight_predictions}) must be >= batch.max_docs ({b.max_docs})"
+        )
+    return errs
+
+
+def _check_extra_kafka_keys(k: KafkaConfig) -> list[str]:
+    """Typos in extra_* would otherwise surface only when the client is built."""
+    try:
+        from kafka import KafkaConsumer, KafkaProducer
+    except Exception:  # kafka-python absent (library-only use): nothing to check against
+        return []
+    errs = []
+    for table, client in (("extra_consumer", KafkaConsumer), ("extra_producer", KafkaProducer)):
+        known = client.DEFAULT_CONFIG
+        for key in getattr(k, table):
+            if key not in known:
+                errs.append(
+                    f"config error: kafka.{table}.{key} is not a kafka-python {client.__name__} setting"
+                    f"{_suggest(key, known, 'kafka.' + table + '.{}')}"
+                )
+    return errs

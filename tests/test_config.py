@@ -1,0 +1,297 @@
+"""Configuration: shipped files, defaults, env overrides, error messages, Kafka kwargs, masking."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from streamtopics.config import (
+    Config,
+    ConfigError,
+    KafkaConfig,
+    LimitsConfig,
+    load_config,
+)
+from streamtopics.stream.codec import Limits
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TOML = ROOT / "config" / "streamtopics.toml"
+PROD_TOML = ROOT / "config" / "production.example.toml"
+PROD_ENV = {"STREAMTOPICS_KAFKA__SASL_PLAIN_PASSWORD": "s3cret-pw"}
+
+
+def errors_of(data: dict, env: dict | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as ei:
+        Config.from_dict(data, env or {})
+    assert str(ei.value) == "\n".join(ei.value.errors)
+    assert all(e.startswith("config error: ") for e in ei.value.errors)
+    return ei.value.errors
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "c.toml"
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+# --------------------------------------------------------------------------- shipped files
+
+
+def test_default_file_equals_code_defaults_and_lists_every_key():
+    assert load_config(DEFAULT_TOML, env={}) == Config()
+    raw = tomllib.loads(DEFAULT_TOML.read_text())
+    for name, section in Config().to_dict().items():
+        assert set(raw[name]) == set(section), name  # every key present in the shipped file
+
+
+def test_production_example_loads_with_password_from_env():
+    cfg = load_config(PROD_TOML, env=PROD_ENV)
+    k = cfg.kafka
+    assert len(k.bootstrap_servers.split(",")) == 3
+    assert (k.security_protocol, k.sasl_mechanism) == ("SASL_SSL", "SCRAM-SHA-512")
+    assert k.ssl_cafile and k.sasl_plain_password == "s3cret-pw"
+    assert cfg.model.update == "memoized" and cfg.metrics.host == "0.0.0.0"
+
+
+def test_production_example_without_password_names_the_variable():
+    with pytest.raises(ConfigError) as ei:
+        load_config(PROD_TOML, env={})
+    (err,) = ei.value.errors
+    assert "kafka.sasl_plain_password" in err and "STREAMTOPICS_KAFKA__SASL_PLAIN_PASSWORD" in err
+
+
+def test_no_file_means_defaults():
+    cfg = load_config(None, env={})
+    assert cfg == Config()
+    assert cfg.kafka.bootstrap_servers == "127.0.0.1:9092"
+    assert cfg.kafka.compression_type == "zstd" and cfg.kafka.enable_idempotence is False
+    assert cfg.topics.input == "documents" and cfg.topics.snapshots == ""
+    assert cfg.model.engine == "lsparse" and cfg.model.n_topics == 100 and cfg.model.forgetting_rate == 0.6
+    assert cfg.batch.max_docs == 256 and cfg.snapshot.dir == "var/snapshots"
+    assert cfg.metrics.port == 9464 and cfg.logging.level == "INFO"
+
+
+def test_limits_section_mirrors_codec_limits():
+    assert [f.name for f in dataclasses.fields(LimitsConfig)] == [f.name for f in dataclasses.fields(Limits)]
+    assert Config().limits() == Limits()
+    cfg = Config.from_dict({"limits": {"max_tokens": 7}})
+    assert cfg.limits() == Limits(max_tokens=7) and cfg.limits.max_tokens == 7
+
+
+def test_missing_or_invalid_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "nope.toml", env={})
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "[model\n"), env={})
+
+
+# --------------------------------------------------------------------------- env overrides
+
+
+def test_env_overrides_parse_types(tmp_path):
+    path = write(tmp_path, '[model]\nn_topics = 20\nengine = "alias"\n')
+    env = {
+        "STREAMTOPICS_KAFKA__BOOTSTRAP_SERVERS": "10.0.0.1:9092,10.0.0.2:9092",
+        "STREAMTOPICS_MODEL__N_TOPICS": "50",  # env beats the file
+        "STREAMTOPICS_MODEL__ALPHA": "0.5",
+        "STREAMTOPICS_MODEL__RESTARTS": "no",
+        "STREAMTOPICS_KAFKA__CREATE_TOPICS": "0",
+        "STREAMTOPICS_KAFKA__SSL_CHECK_HOSTNAME": "Yes",
+        "STREAMTOPICS_SNAPSHOT__EVERY_SECONDS": "5",
+        "STREAMTOPICS_KAFKA__EXTRA_CONSUMER": "{max_poll_records = 100}",
+        "STREAMTOPICS_CONFIG": "/ignored/not/a/key.toml",  # no "__": not a config key
+        "HOME": "/root",
+    }
+    cfg = load_config(path, env=env)
+    assert cfg.kafka.bootstrap_servers == "10.0.0.1:9092,10.0.0.2:9092"
+    assert cfg.model.n_topics == 50 and cfg.model.engine == "alias"
+    assert cfg.model.alpha == 0.5
+    assert cfg.model.restarts is False and cfg.kafka.create_topics is False and cfg.kafka.ssl_check_hostname is True
+    assert cfg.snapshot.every_seconds == 5.0 and isinstance(cfg.snapshot.every_seconds, float)
+    assert cfg.kafka.extra_consumer == {"max_poll_records": 100}
+
+
+def test_env_errors_name_the_variable():
+    errs = errors_of({}, {
+        "STREAMTOPICS_MODEL__N_TOPICS": "many",
+        "STREAMTOPICS_MODEL__RESTARTS": "maybe",
+        "STREAMTOPICS_MODEL__ENGINE": "gibbs",
+        "STREAMTOPICS_MODEL__NTOPICS": "5",
+        "STREAMTOPICS_MODLE__N_TOPICS": "5",
+    })
+    text = "\n".join(errs)
+    assert 'model.n_topics (from STREAMTOPICS_MODEL__N_TOPICS) must be an integer in 2..100000 (got "many")' in text
+    assert "model.restarts (from STREAMTOPICS_MODEL__RESTARTS) must be a boolean: one of true, false" in text
+    assert 'model.engine (from STREAMTOPICS_MODEL__ENGINE) = "gibbs" is not one of: lsparse, alias' in text
+    assert "STREAMTOPICS_MODEL__NTOPICS: unknown key model.ntopics (did you mean STREAMTOPICS_MODEL__N_TOPICS?)" in text
+    assert "STREAMTOPICS_MODLE__N_TOPICS: unknown section 'modle' (did you mean STREAMTOPICS_MODEL__N_TOPICS?)" in text
+    assert len(errs) == 5
+
+
+# --------------------------------------------------------------------------- error messages
+
+
+def test_error_names_key_and_allowed_values():
+    assert errors_of({"model": {"engine": "gibbs"}}) == [
+        'config error: model.engine = "gibbs" is not one of: lsparse, alias'
+    ]
+    assert errors_of({"batch": {"max_docs": 0}}) == ["config error: batch.max_docs must be an integer >= 1 (got 0)"]
+    assert errors_of({"model": {"forgetting_rate": 0.5}}) == [
+        "config error: model.forgetting_rate must be a number in (0.5, 1] (got 0.5)"
+    ]
+    assert errors_of({"metrics": {"port": 70000}}) == [
+        "config error: metrics.port must be an integer in 0..65535 (got 70000)"
+    ]
+    assert errors_of({"model": {"n_topics": 2.5}}) == [
+        "config error: model.n_topics must be an integer in 2..100000 (got 2.5)"
+    ]
+    assert errors_of({"model": {"restarts": "yes"}}) == ['config error: model.restarts must be true or false (got "yes")']
+    assert errors_of({"model": {"alpha": float("inf")}}) == ["config error: model.alpha must be a number > 0 (got inf)"]
+    assert errors_of({"kafka": {"sasl_mechanism": "MD5"}})[0].startswith(
+        'config error: kafka.sasl_mechanism = "MD5" is not one of: "" (empty), PLAIN, SCRAM-SHA-256'
+    )
+    assert errors_of({"topics": {"input": 5}}) == ["config error: topics.input must be a string (got 5)"]
+
+
+def test_numbers_are_coerced_sensibly():
+    cfg = Config.from_dict({"model": {"alpha": 1, "rho_min": 0}})
+    assert cfg.model.alpha == 1.0 and isinstance(cfg.model.alpha, float)
+    assert errors_of({"batch": {"max_docs": True}}) == ["config error: batch.max_docs must be an integer >= 1 (got true)"]
+
+
+def test_unknown_keys_suggest_the_close_one():
+    assert errors_of({"model": {"n_topic": 5}}) == [
+        "config error: unknown key model.n_topic (did you mean model.n_topics?)"
+    ]
+    assert errors_of({"modle": {}}) == ["config error: unknown section [modle] (did you mean [model]?)"]
+    assert errors_of({"model": {"zzz": 1}}) == ["config error: unknown key model.zzz"]
+    assert errors_of({"kafka": {"extra_consumer": {"max_poll_record": 5}}}) == [
+        "config error: kafka.extra_consumer.max_poll_record is not a kafka-python KafkaConsumer setting "
+        "(did you mean kafka.extra_consumer.max_poll_records?)"
+    ]
+
+
+def test_all_errors_reported_together(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        [model]
+        engine = "gibbs"
+        n_topics = 1
+        n_topic = 3
+        [batch]
+        max_docs = 0
+        [logging]
+        level = "verbose"
+        [snapshots]
+        dir = "x"
+        """,
+    )
+    with pytest.raises(ConfigError) as ei:
+        load_config(path, env={"STREAMTOPICS_METRICS__PORT": "-1"})
+    errs = ei.value.errors
+    assert len(errs) == 7, errs
+    msg = str(ei.value)
+    for part in ("model.engine", "model.n_topics", "model.n_topic ", "batch.max_docs", "logging.level",
+                 "[snapshots] (did you mean [snapshot]?)", "STREAMTOPICS_METRICS__PORT"):
+        assert part in msg, part
+
+
+def test_cross_field_rules():
+    errs = "\n".join(errors_of({
+        "kafka": {"heartbeat_interval_ms": 10000, "session_timeout_ms": 5000, "fetch_max_wait_ms": 40000},
+        "topics": {"output": "documents", "dead_letter": "bad topic!"},
+        "model": {"n_topics": 4, "sparsity": 8},
+        "batch": {"max_docs": 500, "max_inflight_predictions": 100},
+    }))
+    assert "kafka.heartbeat_interval_ms (10000) must be less than kafka.session_timeout_ms (5000)" in errs
+    assert "kafka.fetch_max_wait_ms (40000) must be less than kafka.request_timeout_ms (30000)" in errs
+    assert "topics.output and topics.input must differ" in errs
+    assert 'topics.dead_letter = "bad topic!" is not a valid Kafka topic name' in errs
+    assert "model.sparsity (8) must be <= model.n_topics (4)" in errs
+    assert "batch.max_inflight_predictions (100) must be >= batch.max_docs (500)" in errs
+
+
+def test_security_consistency_rules():
+    errs = "\n".join(errors_of({"kafka": {"security_protocol": "SASL_SSL"}}))
+    assert "kafka.sasl_mechanism must be set when kafka.security_protocol = \"SASL_SSL\"" in errs
+    errs = "\n".join(errors_of({"kafka": {"sasl_mechanism": "PLAIN", "ssl_cafile": "ca.pem"}}))
+    assert "kafka.sasl_mechanism is set but kafka.security_protocol = \"PLAINTEXT\" does not use SASL" in errs
+    assert "kafka.ssl_cafile is set but kafka.security_protocol = \"PLAINTEXT\" does not use TLS" in errs
+    errs = errors_of({"kafka": {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-256",
+                                "sasl_plain_password": "hunter2"}})
+    assert errs == ['config error: kafka.sasl_plain_username must be set for kafka.sasl_mechanism = "SCRAM-SHA-256"']
+
+
+def test_secret_never_appears_in_errors():
+    errs = "\n".join(errors_of({"kafka": {"sasl_plain_password": 123456}}))
+    assert "kafka.sasl_plain_password must be a string (got ***)" in errs and "123456" not in errs
+
+
+# --------------------------------------------------------------------------- kafka kwargs
+
+
+def test_kafka_kwargs_plaintext_defaults():
+    k = KafkaConfig()
+    c, p, a = k.consumer_kwargs(), k.producer_kwargs(), k.admin_kwargs()
+    for kw in (c, p, a):
+        assert kw["bootstrap_servers"] == "127.0.0.1:9092" and kw["security_protocol"] == "PLAINTEXT"
+        assert "" not in kw.values()
+        assert not any(key.startswith(("sasl_", "ssl_")) for key in kw)
+    assert c["enable_auto_commit"] is False and c["auto_offset_reset"] == "earliest"
+    assert c["group_id"] == "streamtopics" and c["session_timeout_ms"] == 10000 and c["fetch_max_wait_ms"] == 100
+    assert "value_deserializer" not in c and "value_serializer" not in p
+    assert p["acks"] == "all" and p["enable_idempotence"] is False
+    assert p["compression_type"] == "zstd" and p["linger_ms"] == 10 and p["batch_size"] == 262144
+    assert p["max_in_flight_requests_per_connection"] == 5
+    assert "compression_type" not in Config.from_dict({"kafka": {"compression_type": "none"}}).kafka.producer_kwargs()
+
+
+def test_kafka_kwargs_carry_sasl_ssl_settings():
+    cfg = load_config(PROD_TOML, env=PROD_ENV)
+    for kw in (cfg.kafka.consumer_kwargs(), cfg.kafka.producer_kwargs(), cfg.kafka.admin_kwargs()):
+        assert kw["security_protocol"] == "SASL_SSL"
+        assert kw["sasl_mechanism"] == "SCRAM-SHA-512"
+        assert kw["sasl_plain_username"] == "streamtopics" and kw["sasl_plain_password"] == "s3cret-pw"
+        assert kw["ssl_cafile"] == "/etc/streamtopics/tls/ca.pem" and kw["ssl_check_hostname"] is True
+        assert "ssl_certfile" not in kw and "ssl_keyfile" not in kw  # empty ones omitted
+    assert cfg.kafka.consumer_kwargs()["max_poll_records"] == 1000  # extra_consumer passed through
+    assert cfg.kafka.producer_kwargs()["delivery_timeout_ms"] == 120000
+
+
+def test_extra_tables_win():
+    k = Config.from_dict({"kafka": {"extra_producer": {"enable_idempotence": True, "linger_ms": 0}}}).kafka
+    assert k.producer_kwargs()["enable_idempotence"] is True and k.producer_kwargs()["linger_ms"] == 0
+
+
+def test_kwargs_are_known_to_kafka_python():
+    kafka = pytest.importorskip("kafka")
+    cfg = load_config(PROD_TOML, env=PROD_ENV)
+    assert set(cfg.kafka.consumer_kwargs()) <= set(kafka.KafkaConsumer.DEFAULT_CONFIG)
+    assert set(cfg.kafka.producer_kwargs()) <= set(kafka.KafkaProducer.DEFAULT_CONFIG)
+    assert set(cfg.kafka.admin_kwargs()) <= set(kafka.KafkaAdminClient.DEFAULT_CONFIG)
+
+
+# --------------------------------------------------------------------------- to_dict
+
+
+def test_to_dict_masks_password_and_is_plain():
+    cfg = load_config(PROD_TOML, env=PROD_ENV | {
+        "STREAMTOPICS_KAFKA__EXTRA_PRODUCER": '{ssl_password = "keypw", linger_ms = 3}',
+    })
+    d = cfg.to_dict()
+    assert d["kafka"]["sasl_plain_password"] == "***"
+    assert d["kafka"]["extra_producer"] == {"ssl_password": "***", "linger_ms": 3}
+    dumped = json.dumps(d)  # plain types only: goes into logs and snapshot headers
+    assert "s3cret-pw" not in dumped and "keypw" not in dumped
+    assert set(d) == {"kafka", "topics", "model", "batch", "snapshot", "metrics", "logging", "limits"}
+    assert Config().to_dict()["kafka"]["sasl_plain_password"] == ""  # unset stays visibly unset
+
+
+def test_config_is_immutable():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Config().model.n_topics = 3  # type: ignore[misc]
