@@ -1,0 +1,134 @@
+"""Small numba kernels shared by the engines: special functions and top-L selection."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True, fastmath=False)
+def digamma(x: float) -> float:
+    """psi(x) for x > 0: recurrence up to x >= 6, then the asymptotic series (error < 1e-12)."""
+    r = 0.0
+    while x < 6.0:
+        r -= 1.0 / x
+        x += 1.0
+    f = 1.0 / (x * x)
+    t = f * (-1.0 / 12 + f * (1.0 / 120 + f * (-1.0 / 252 + f * (1.0 / 240 + f * (-1.0 / 132)))))
+    return r + math.log(x) - 0.5 / x + t
+
+
+@njit(cache=True, nogil=True)
+def lgamma(x: float) -> float:
+    return math.lgamma(x)
+
+
+@njit(cache=True, nogil=True)
+def select_top(vals: np.ndarray, idx: np.ndarray, n: int, L: int) -> None:
+    """Make ``vals[:L]`` (and ``idx`` alongside) the L largest of ``vals[:n]``; later entries are scratch.
+
+    SelectTopL of Hughes & Sudderth (Alg. 1, App. F): a selection in O(n), not a sort.
+    For L much smaller than n a single scan that compares each value with the current
+    L-th best wins: that branch is almost never taken, so it predicts well, and the
+    expected number of insertions into the sorted top-L prefix is only L ln(n/L).
+    Otherwise a quickselect partitions in place.
+    """
+    if L >= n:
+        return
+    if 4 * L <= n:
+        _scan_top(vals, idx, n, L)
+    else:
+        _quickselect_top(vals, idx, n, L)
+
+
+@njit(cache=True, nogil=True)
+def _scan_top(vals, idx, n, L):
+    # vals[:L] sorted descending, then every later value challenges the current minimum vals[L-1].
+    for i in range(1, L):
+        x = vals[i]
+        xi = idx[i]
+        j = i
+        while j > 0 and vals[j - 1] < x:
+            vals[j] = vals[j - 1]
+            idx[j] = idx[j - 1]
+            j -= 1
+        vals[j] = x
+        idx[j] = xi
+    floor = vals[L - 1]
+    for i in range(L, n):
+        x = vals[i]
+        if x > floor:
+            xi = idx[i]
+            j = L - 1
+            while j > 0 and vals[j - 1] < x:
+                vals[j] = vals[j - 1]
+                idx[j] = idx[j - 1]
+                j -= 1
+            vals[j] = x
+            idx[j] = xi
+            floor = vals[L - 1]
+
+
+@njit(cache=True, nogil=True)
+def _quickselect_top(vals, idx, n, L):
+    """Hoare-partition quickselect with a median-of-three pivot (expected O(n))."""
+    lo = 0
+    hi = n - 1
+    t = L - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        a = vals[lo]
+        b = vals[mid]
+        c = vals[hi]
+        if a < b:
+            if b < c:
+                pivot = b
+            elif a < c:
+                pivot = c
+            else:
+                pivot = a
+        else:
+            if a < c:
+                pivot = a
+            elif b < c:
+                pivot = c
+            else:
+                pivot = b
+        i = lo
+        j = hi
+        while i <= j:
+            while vals[i] > pivot:
+                i += 1
+            while vals[j] < pivot:
+                j -= 1
+            if i <= j:
+                tv = vals[i]
+                vals[i] = vals[j]
+                vals[j] = tv
+                ti = idx[i]
+                idx[i] = idx[j]
+                idx[j] = ti
+                i += 1
+                j -= 1
+        if t <= j:
+            hi = j
+        elif t >= i:
+            lo = i
+        else:
+            return
+
+
+@njit(cache=True, nogil=True)
+def log_sum_exp_rows(x: np.ndarray) -> np.ndarray:
+    out = np.empty(x.shape[0])
+    for i in range(x.shape[0]):
+        m = -np.inf
+        for k in range(x.shape[1]):
+            if x[i, k] > m:
+                m = x[i, k]
+        s = 0.0
+        for k in range(x.shape[1]):
+            s += math.exp(x[i, k] - m)
+        out[i] = m + math.log(s)
+    return out

@@ -1,0 +1,409 @@
+"""TopicModel: the library's public face.  It arranges calls; numeric work lives in kernels.
+
+    m = TopicModel(n_topics=100, engine="lsparse", sparsity=8, update="stochastic")
+    m.partial_fit(docs)              # one minibatch of raw texts or token lists
+    theta = m.transform(docs)        # (n_docs, K), rows sum to one
+    m.save("model.stsnap"); m2 = load_snapshot("model.stsnap")
+
+The daemon uses the lower-level trio ``prepare`` (tokens -> Batch, growing the
+vocabulary), ``process`` (local step, predictions before learning, then the global
+update) and ``save(..., offsets=...)``.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .batch import Batch, build_batch
+from .engines.lsparse import LSparseEngine
+from .evaluate import heldout_loglik_arrays
+from .snapshot import read_snapshot, write_snapshot
+from .state import ModelState
+from .summary import LocalResult, Summary
+from .text import Tokenizer, Vocabulary
+from .updates import MemoizedUpdate, StochasticUpdate
+
+ENGINES = ("lsparse",)
+UPDATES = ("stochastic", "memoized")
+INITS = ("kmeans++", "random")
+SNAPSHOT_KIND = "streamtopics.TopicModel"
+_TRANSFORM_CHUNK = 2048
+
+
+class TopicModel:
+    """LDA learned from a stream of minibatches, with one shared model state.
+
+    Parameters
+    ----------
+    n_topics : number of topics K.
+    engine : local step; ``"lsparse"`` (L-sparse variational).
+    sparsity : L, the most topics any word type of a document may use (L >= K is dense).
+    update : ``"stochastic"`` (SVI) or ``"memoized"`` (MVI) global update.
+    alpha, beta : per-topic document-topic and topic-word Dirichlet concentrations.
+    seed : seeds initialisation (and any sampling engine).
+    delay, forgetting_rate, rho_min, corpus_size : stochastic step size
+        rho_t = max(rho_min, (delay + t)^-forgetting_rate) and effective corpus size D
+        (None: documents seen so far).
+    memo_window : memoized updates cache at most this many batch summaries (None: all);
+        the oldest batch is forgotten past it.
+    max_iter, tol, active_eps, restarts, restart_trials, restart_iters : local step.
+    vocab_cap, vocab_policy, vocab_decay : vocabulary cap, ``"ignore"`` or ``"evict"`` words past
+        it (eviction picks the rarest by a count decayed by ``vocab_decay`` per batch).
+    min_word_len, max_word_len, stopwords : tokenizer for raw-text documents.
+    init : ``"kmeans++"`` seeds topics from K diverse documents of the first batch (as the
+        paper does), ``"random"`` from random documents.
+    """
+
+    def __init__(self, n_topics: int = 100, engine: str = "lsparse", sparsity: int = 8,
+                 update: str = "stochastic", alpha: float = 0.1, beta: float = 0.01, seed: int = 0, *,
+                 delay: float = 1.0, forgetting_rate: float = 0.6, rho_min: float = 0.0,
+                 corpus_size: int | None = None, memo_window: int | None = None,
+                 max_iter: int = 100, tol: float = 0.05, active_eps: float = 0.01, restarts: bool = True,
+                 restart_trials: int = 4, restart_iters: int = 2,
+                 vocab_cap: int | None = None, vocab_policy: str = "ignore", vocab_decay: float = 0.999,
+                 min_word_len: int = 2, max_word_len: int = 30, stopwords="english", init: str = "kmeans++",
+                 init_smoothing: float = 1.0):
+        self.n_topics = n_topics
+        self.engine = engine
+        self.sparsity = sparsity
+        self.update = update
+        self.alpha = alpha
+        self.beta = beta
+        self.seed = seed
+        self.delay = delay
+        self.forgetting_rate = forgetting_rate
+        self.rho_min = rho_min
+        self.corpus_size = corpus_size
+        self.memo_window = memo_window
+        self.max_iter = max_iter
+        self.tol = tol
+        self.active_eps = active_eps
+        self.restarts = restarts
+        self.restart_trials = restart_trials
+        self.restart_iters = restart_iters
+        self.vocab_cap = vocab_cap
+        self.vocab_policy = vocab_policy
+        self.vocab_decay = vocab_decay
+        self.min_word_len = min_word_len
+        self.max_word_len = max_word_len
+        self.stopwords = stopwords
+        self.init = init
+        self.init_smoothing = init_smoothing
+        self._validate()
+        self._build()
+
+    _PARAMS = ("n_topics", "engine", "sparsity", "update", "alpha", "beta", "seed", "delay", "forgetting_rate",
+               "rho_min", "corpus_size", "memo_window", "max_iter", "tol", "active_eps", "restarts",
+               "restart_trials", "restart_iters", "vocab_cap", "vocab_policy", "vocab_decay", "min_word_len",
+               "max_word_len", "stopwords", "init", "init_smoothing")
+
+    def get_params(self) -> dict:
+        p = {name: getattr(self, name) for name in self._PARAMS}
+        if not isinstance(p["stopwords"], str) and p["stopwords"] is not None:
+            p["stopwords"] = sorted(p["stopwords"])
+        return p
+
+    def _validate(self) -> None:
+        def need(cond, msg):
+            if not cond:
+                raise ValueError(msg)
+
+        need(isinstance(self.n_topics, (int, np.integer)) and self.n_topics >= 2,
+             f"n_topics must be an integer >= 2 (got {self.n_topics!r})")
+        need(self.engine in ENGINES, f"engine must be one of {ENGINES} (got {self.engine!r})")
+        need(self.update in UPDATES, f"update must be one of {UPDATES} (got {self.update!r})")
+        need(isinstance(self.sparsity, (int, np.integer)) and self.sparsity >= 1,
+             f"sparsity must be an integer >= 1 (got {self.sparsity!r})")
+        need(self.alpha > 0, f"alpha must be > 0 (got {self.alpha!r})")
+        need(self.beta > 0, f"beta must be > 0 (got {self.beta!r})")
+        need(self.max_iter >= 1, f"max_iter must be >= 1 (got {self.max_iter!r})")
+        need(self.tol > 0, f"tol must be > 0 (got {self.tol!r})")
+        need(self.active_eps >= 0, f"active_eps must be >= 0 (got {self.active_eps!r})")
+        need(self.init in INITS, f"init must be one of {INITS} (got {self.init!r})")
+
+    def _build(self) -> None:
+        self.tokenizer = Tokenizer(self.min_word_len, self.max_word_len, self.stopwords)
+        self.vocab = Vocabulary(cap=self.vocab_cap, policy=self.vocab_policy, decay=self.vocab_decay)
+        self.state = ModelState(self.n_topics, self.alpha, self.beta)
+        self.local_step = LSparseEngine(
+            sparsity=int(self.sparsity), max_iter=int(self.max_iter), tol=float(self.tol),
+            active_eps=float(self.active_eps), restart_trials=int(self.restart_trials) if self.restarts else 0,
+            restart_iters=int(self.restart_iters))
+        if self.update == "stochastic":
+            self.updater = StochasticUpdate(self.delay, self.forgetting_rate, self.rho_min, self.corpus_size)
+        else:
+            self.updater = MemoizedUpdate(self.memo_window)
+        self.rng = np.random.default_rng(self.seed)
+        self._auto_key = 0
+        self.last_stats: dict = {}
+
+    # -- documents --------------------------------------------------------------------
+    def tokenize(self, docs: Sequence) -> list[list[str]]:
+        """Raw strings go through the tokenizer; token lists are taken as given."""
+        if isinstance(docs, (str, bytes)):
+            raise TypeError("docs must be a sequence of documents (a list of str or of token lists), not one str")
+        out = []
+        for i, d in enumerate(docs):
+            if isinstance(d, str):
+                out.append(self.tokenizer(d))
+            elif isinstance(d, (list, tuple)):
+                if not all(isinstance(t, str) for t in d):
+                    raise TypeError(f"document {i}: a token list must contain only str")
+                out.append(list(d))
+            else:
+                raise TypeError(f"document {i}: expected str or list[str], got {type(d).__name__}")
+        return out
+
+    def prepare(self, tokens: list[list[str]], grow: bool = True) -> Batch:
+        """Token lists -> CSR batch; with ``grow`` new words join the vocabulary at the prior."""
+        batch = build_batch(tokens, self.vocab, grow=grow)
+        if grow:
+            if batch.evicted.size:
+                self.state.reset_words(batch.evicted)
+                self.updater.forget_words(batch.evicted)
+            self.state.ensure_words(len(self.vocab))
+        return batch
+
+    # -- learning ---------------------------------------------------------------------
+    def process(self, batch: Batch, learn: bool = True, batch_key=None) -> LocalResult:
+        """Local step on ``batch`` with the current topics, then (if ``learn``) the global update.
+
+        The returned ``doc_topic`` counts were computed *before* the update: they are the
+        prequential predictions for these documents.
+        """
+        t0 = time.perf_counter()
+        if learn and not self.state.initialized and batch.n_tokens > 0:
+            self._initialize(batch)
+        result = self.local_step.infer(self.state, batch, summarize=learn)
+        t1 = time.perf_counter()
+        info: dict = {}
+        if learn and batch.n_docs > 0:
+            info = self._apply(result.summary, result.objective, batch_key)
+            self.state.docs_seen += batch.n_docs
+            self.state.tokens_seen += batch.n_tokens
+            self.state.n_updates += 1
+            self.state.version += 1
+        t2 = time.perf_counter()
+        n_active = max(batch.n_docs, 1)
+        self.last_stats = {
+            "docs": batch.n_docs, "tokens": batch.n_tokens, "dropped_tokens": batch.dropped_tokens,
+            "evicted_words": int(batch.evicted.size),
+            "mean_iterations": float(result.iterations.mean()) if result.iterations.size else 0.0,
+            "iterations": result.iterations,
+            "restarts_tried": result.restarts_tried, "restarts_accepted": result.restarts_accepted,
+            "objective_per_token": result.objective / batch.n_tokens if batch.n_tokens else 0.0,
+            "local_seconds": t1 - t0, "update_seconds": t2 - t1, "docs_per_batch": n_active,
+            **info,
+        }
+        return result
+
+    def _apply(self, summary: Summary, objective: float, batch_key) -> dict:
+        if self.update == "memoized":
+            if batch_key is None:
+                batch_key = f"auto-{self._auto_key}"
+                self._auto_key += 1
+            elif not isinstance(batch_key, (str, int)):
+                raise TypeError(f"batch_key must be str or int (got {type(batch_key).__name__})")
+            return self.updater.apply(self.state, summary, batch_key, new_objective=objective)
+        return self.updater.apply(self.state, summary)
+
+    def partial_fit(self, docs: Sequence, batch_key=None) -> "TopicModel":
+        """Learn from one minibatch (raw strings or token lists).  Returns self."""
+        batch = self.prepare(self.tokenize(docs), grow=True)
+        self.process(batch, learn=True, batch_key=batch_key)
+        return self
+
+    def partial_fit_transform(self, docs: Sequence, batch_key=None) -> np.ndarray:
+        """Prequential step: document-topic proportions under the model *before* learning from docs."""
+        batch = self.prepare(self.tokenize(docs), grow=True)
+        result = self.process(batch, learn=True, batch_key=batch_key)
+        return self.theta(result.doc_topic)
+
+    def _initialize(self, batch: Batch) -> None:
+        """Seed topic k from a document of the first batch (k-means++ over tf vectors, cosine distance)."""
+        K = self.n_topics
+        D, U = batch.n_docs, batch.uniq.size
+        rng = self.rng
+        rows = np.repeat(np.arange(D), np.diff(batch.doc_ptr))
+        pool = np.flatnonzero(np.diff(batch.doc_ptr) > 0)
+        if pool.size > 1024:
+            pool = np.sort(rng.choice(pool, 1024, replace=False))
+        X = np.zeros((D, U), dtype=np.float32)
+        X[rows, batch.local] = batch.counts
+        X = X[pool]
+        X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+        chosen = np.empty(K, dtype=np.int64)
+        chosen[0] = rng.integers(pool.size)
+        if self.init == "kmeans++":
+            dist = np.maximum(1.0 - X @ X[chosen[0]], 0.0)
+            for k in range(1, K):
+                p = dist ** 2
+                total = p.sum()
+                chosen[k] = rng.choice(pool.size, p=p / total) if total > 1e-12 else rng.integers(pool.size)
+                dist = np.minimum(dist, np.maximum(1.0 - X @ X[chosen[k]], 0.0))
+        else:
+            chosen[1:] = rng.integers(pool.size, size=K - 1)
+        st = self.state
+        # Every (word, topic) starts with ~init_smoothing pseudo-counts (Gamma(100, 1/100)
+        # noise as in Hoffman et al.); the noise also breaks ties between topics seeded alike.
+        st.smoothing = float(self.init_smoothing)
+        st.mu[: st.n_words] = st.smoothing
+        if st.smoothing > 0:
+            st.mu[batch.uniq] = rng.gamma(100.0, st.smoothing / 100.0, size=(U, K))
+        else:
+            st.mu[batch.uniq] += rng.gamma(1.0, st.beta, size=(U, K))
+        for k, p in enumerate(pool[chosen]):
+            s, e = batch.doc_ptr[p], batch.doc_ptr[p + 1]
+            st.mu[batch.word_ids[s:e], k] += batch.counts[s:e]
+        st.refresh_totals()
+        st.initialized = True
+
+    # -- inference --------------------------------------------------------------------
+    def theta(self, doc_topic: np.ndarray) -> np.ndarray:
+        """E[pi_d] = (N_dk + alpha) / (N_d + K alpha) from expected topic counts."""
+        a = self.state.alpha
+        return (doc_topic + a) / (doc_topic.sum(axis=1, keepdims=True) + self.n_topics * a)
+
+    def transform_batch(self, batch: Batch) -> np.ndarray:
+        out = np.empty((batch.n_docs, self.n_topics))
+        for lo in range(0, batch.n_docs, _TRANSFORM_CHUNK):
+            hi = min(lo + _TRANSFORM_CHUNK, batch.n_docs)
+            part = _slice_batch(batch, lo, hi)
+            out[lo:hi] = self.theta(self.local_step.infer(self.state, part, summarize=False).doc_topic)
+        return out
+
+    def transform(self, docs: Sequence) -> np.ndarray:
+        """Document-topic proportions (n_docs, K) under the current topics; rows sum to one."""
+        return self.transform_batch(self.prepare(self.tokenize(docs), grow=False))
+
+    def topic_word(self) -> np.ndarray:
+        """Topic-word probabilities E[phi] as (K, V); rows sum to one."""
+        return self.state.topic_word()
+
+    @property
+    def vocabulary(self) -> list[str]:
+        return self.vocab.words
+
+    def top_words(self, topic: int, n: int = 10) -> list[str]:
+        if not 0 <= topic < self.n_topics:
+            raise IndexError(f"topic {topic} out of range [0, {self.n_topics})")
+        row = self.state.mu[: self.state.n_words, topic]
+        n = min(n, row.size)
+        idx = np.argpartition(-row, n - 1)[:n] if n < row.size else np.arange(row.size)
+        idx = idx[np.argsort(-row[idx], kind="stable")]
+        words = self.vocab.words
+        return [words[i] for i in idx]
+
+    def heldout_loglik(self, docs: Sequence, seed: int = 0) -> float:
+        """Mean per-token document-completion log-likelihood (80/20 split by word type)."""
+        batch = self.prepare(self.tokenize(docs), grow=False)
+        return heldout_loglik_arrays(self.topic_word(), batch, self.state.alpha, seed=seed)
+
+    def elbo(self) -> float:
+        """Whole-data ELBO over the memoized cache (memoized update only)."""
+        if not isinstance(self.updater, MemoizedUpdate):
+            raise RuntimeError("elbo() is defined over the memoized cache; use update='memoized'")
+        return self.updater.elbo(self.state)
+
+    @property
+    def version(self) -> int:
+        return self.state.version
+
+    # -- persistence ------------------------------------------------------------------
+    def save(self, path, offsets: dict | None = None, extra: dict | None = None) -> int:
+        """Write a snapshot (atomic); ``offsets`` records consumed stream positions with the state."""
+        header, arrays = self._snapshot_parts()
+        header["offsets"] = offsets or {}
+        header["extra"] = extra or {}
+        return write_snapshot(path, header, arrays)
+
+    def _snapshot_parts(self) -> tuple[dict, dict]:
+        header = {
+            "kind": SNAPSHOT_KIND,
+            "created": time.time(),
+            "params": self.get_params(),
+            "state": self.state.header(),
+            "vocabulary": {"state": self.vocab.state(), "words": self.vocab.words},
+            "rng": _encode_rng(self.rng),
+            "auto_key": self._auto_key,
+        }
+        arrays = dict(self.state.arrays())
+        arrays["vocab_counts"] = self.vocab.counts
+        items = self.updater.cache_items()
+        if items:
+            header["memo_keys"] = [k for k, _ in items]
+            header["memo_meta"] = [[s.n_docs, s.n_tokens, s.entropy, s.alloc] for _, s in items]
+            arrays["memo_rows"] = np.array([s.word_ids.size for _, s in items], dtype=np.int64)
+            arrays["memo_word_ids"] = np.concatenate([s.word_ids for _, s in items])
+            arrays["memo_lengths"] = np.concatenate([np.diff(s.indptr) for _, s in items])
+            arrays["memo_topics"] = np.concatenate([s.topics for _, s in items])
+            arrays["memo_values"] = np.concatenate([s.values for _, s in items])
+            arrays["memo_totals"] = np.stack([s.topic_totals for _, s in items])
+        return header, arrays
+
+    @classmethod
+    def from_snapshot_parts(cls, header: dict, arrays: dict) -> "TopicModel":
+        if header.get("kind") != SNAPSHOT_KIND:
+            raise ValueError(f"not a TopicModel snapshot (kind={header.get('kind')!r})")
+        model = cls(**header["params"])
+        model.state = ModelState.restore(header["state"], arrays)
+        voc = header["vocabulary"]
+        model.vocab = Vocabulary.restore(voc["state"], voc["words"], arrays["vocab_counts"])
+        if len(model.vocab) != model.state.n_words:
+            raise ValueError(f"vocabulary has {len(model.vocab)} words but the state has {model.state.n_words}")
+        model.rng = _decode_rng(header["rng"])
+        model._auto_key = int(header.get("auto_key", 0))
+        if "memo_keys" in header:
+            items = []
+            rows = arrays["memo_rows"]
+            r0 = l0 = 0
+            for key, (n_docs, n_tokens, ent, alloc), n_rows, totals in zip(
+                    header["memo_keys"], header["memo_meta"], rows, arrays["memo_totals"]):
+                lengths = arrays["memo_lengths"][r0:r0 + n_rows]
+                indptr = np.zeros(n_rows + 1, dtype=np.int64)
+                np.cumsum(lengths, out=indptr[1:])
+                nnz = int(indptr[-1])
+                items.append((key, Summary(
+                    word_ids=arrays["memo_word_ids"][r0:r0 + n_rows].copy(), indptr=indptr,
+                    topics=arrays["memo_topics"][l0:l0 + nnz].copy(), values=arrays["memo_values"][l0:l0 + nnz].copy(),
+                    topic_totals=totals.copy(), n_docs=int(n_docs), n_tokens=float(n_tokens),
+                    entropy=float(ent), alloc=float(alloc), key=key)))
+                r0 += int(n_rows)
+                l0 += nnz
+            model.updater.restore_cache(items)
+        model.snapshot_info = {"created": header.get("created"), "offsets": header.get("offsets", {}),
+                               "extra": header.get("extra", {})}
+        return model
+
+
+def load_snapshot(path) -> TopicModel:
+    """Load a model saved by ``TopicModel.save`` (or by the daemon).  Raises SnapshotError on a bad file."""
+    header, arrays = read_snapshot(path)
+    model = TopicModel.from_snapshot_parts(header, arrays)
+    model.snapshot_info["path"] = str(Path(path))
+    return model
+
+
+def _slice_batch(batch: Batch, lo: int, hi: int) -> Batch:
+    if lo == 0 and hi == batch.n_docs:
+        return batch
+    from .batch import batch_from_arrays
+
+    s, e = batch.doc_ptr[lo], batch.doc_ptr[hi]
+    return batch_from_arrays(batch.doc_ptr[lo:hi + 1] - s, batch.word_ids[s:e], batch.counts[s:e])
+
+
+def _encode_rng(rng: np.random.Generator) -> dict:
+    st = rng.bit_generator.state
+    return {"bit_generator": st["bit_generator"], "state": {k: str(v) for k, v in st["state"].items()},
+            "has_uint32": int(st["has_uint32"]), "uinteger": int(st["uinteger"])}
+
+
+def _decode_rng(d: dict) -> np.random.Generator:
+    bg = getattr(np.random, d["bit_generator"])()
+    bg.state = {"bit_generator": d["bit_generator"], "state": {k: int(v) for k, v in d["state"].items()},
+                "has_uint32": d["has_uint32"], "uinteger": d["uinteger"]}
+    return np.random.Generator(bg)

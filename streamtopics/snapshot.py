@@ -1,0 +1,204 @@
+"""Snapshot file format: a msgpack header plus raw array buffers, checksummed, written atomically.
+
+Layout (little endian)::
+
+    b"STOPICS\\0"                      8-byte magic
+    u32 format_version, u32 reserved
+    u64 header_length
+    header                            msgpack map (config, vocabulary, counters, offsets,
+                                      and the directory of arrays: name, dtype, shape,
+                                      offset, nbytes, crc32c)
+    array buffers                     each starting on a 64-byte boundary
+    b"STEND\\0\\0\\0" u32 crc32c u32 0   trailer: crc32c of every byte before it
+
+Never pickle: arrays are raw bytes described by dtype/shape, everything else msgpack.
+Loading validates the magic, version, trailer, checksum and every array's declared size
+against the file before allocating anything, and names the file in every error.
+"""
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import struct
+import tempfile
+import time
+from pathlib import Path
+
+import crc32c
+import msgpack
+import numpy as np
+
+MAGIC = b"STOPICS\x00"
+TRAILER_MAGIC = b"STEND\x00\x00\x00"
+FORMAT_VERSION = 1
+_PREAMBLE = struct.Struct("<8sIIQ")
+_TRAILER = struct.Struct("<8sII")
+_ALIGN = 64
+_ALLOWED_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<i2", "|i1", "|u1", "<u4", "<u8", "|b1"}
+MAX_HEADER_BYTES = 1 << 31
+
+
+class SnapshotError(Exception):
+    """A snapshot file is missing, corrupt, truncated or of a newer format."""
+
+
+class SnapshotWriteError(OSError):
+    """Writing a snapshot failed; ``reason`` is one of disk_full, permission, io_error."""
+
+    def __init__(self, path, reason: str, cause: BaseException):
+        super().__init__(f"cannot write snapshot {path}: {reason}: {cause}")
+        self.path = str(path)
+        self.reason = reason
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "disk_full"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "permission"
+    return "io_error"
+
+
+def _pad(n: int) -> int:
+    return (-n) % _ALIGN
+
+
+def encode(header: dict, arrays: dict[str, np.ndarray]) -> list[bytes]:
+    """The snapshot as a list of byte chunks (header first)."""
+    directory = []
+    blobs = []
+    for name, arr in arrays.items():
+        a = np.ascontiguousarray(arr)
+        if a.dtype.byteorder == ">":
+            a = a.astype(a.dtype.newbyteorder("<"))
+        dt = a.dtype.str
+        if dt not in _ALLOWED_DTYPES:
+            raise TypeError(f"array {name!r}: dtype {dt} is not storable in a snapshot")
+        raw = a.tobytes()
+        directory.append({"name": name, "dtype": dt, "shape": list(a.shape), "nbytes": len(raw),
+                          "crc32c": crc32c.crc32c(raw)})
+        blobs.append(raw)
+    # Offsets depend on the header length, which depends on the offsets: fix the width first.
+    for entry in directory:
+        entry["offset"] = 2**62
+    full = dict(header, arrays=directory, format_version=FORMAT_VERSION)
+    head_len = len(msgpack.packb(full, use_bin_type=True))
+    pos = _PREAMBLE.size + head_len
+    for entry, raw in zip(directory, blobs):
+        pos += _pad(pos)
+        entry["offset"] = pos
+        pos += len(raw)
+    head = msgpack.packb(full, use_bin_type=True)
+    assert len(head) <= head_len  # msgpack ints only shrink when offsets shrink
+    chunks = [_PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, head_len), head, b"\x00" * (head_len - len(head))]
+    # msgpack stops at the end of the map, so trailing pad bytes after it are ignored on read.
+    pos = _PREAMBLE.size + head_len
+    for raw in blobs:
+        chunks.append(b"\x00" * _pad(pos))
+        pos += _pad(pos)
+        chunks.append(raw)
+        pos += len(raw)
+    crc = 0
+    for c in chunks:
+        crc = crc32c.crc32c(c, crc)
+    chunks.append(_TRAILER.pack(TRAILER_MAGIC, crc, 0))
+    return chunks
+
+
+def write_snapshot(path: str | os.PathLike, header: dict, arrays: dict[str, np.ndarray]) -> int:
+    """Write atomically: temp file in the same directory, fsync, rename, fsync the directory.
+
+    Returns the number of bytes written.  On failure the temp file is removed, any older
+    file at ``path`` is untouched, and ``SnapshotWriteError`` says why.
+    """
+    path = Path(path)
+    chunks = encode(header, arrays)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            for c in chunks:
+                f.write(c)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        tmp = None
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as exc:
+        raise SnapshotWriteError(path, _reason(exc), exc) from exc
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return sum(len(c) for c in chunks)
+
+
+def read_snapshot(path: str | os.PathLike, verify: bool = True) -> tuple[dict, dict[str, np.ndarray]]:
+    """Read and validate a snapshot; returns (header, arrays).  Raises SnapshotError naming the file."""
+    path = Path(path)
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise SnapshotError(f"cannot open snapshot {path}: {exc.strerror or exc}") from exc
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size < _PREAMBLE.size + _TRAILER.size:
+            raise SnapshotError(f"snapshot {path} is truncated ({size} bytes)")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            magic, version, _, head_len = _PREAMBLE.unpack_from(mm, 0)
+            if magic != MAGIC:
+                raise SnapshotError(f"{path} is not a streamtopics snapshot (bad magic)")
+            if version > FORMAT_VERSION:
+                raise SnapshotError(f"snapshot {path} has format version {version}, newer than this "
+                                    f"streamtopics supports ({FORMAT_VERSION}); upgrade streamtopics")
+            tmagic, crc, _ = _TRAILER.unpack_from(mm, size - _TRAILER.size)
+            if tmagic != TRAILER_MAGIC:
+                raise SnapshotError(f"snapshot {path} is truncated or corrupt (no trailer)")
+            body_end = size - _TRAILER.size
+            if head_len > min(body_end - _PREAMBLE.size, MAX_HEADER_BYTES):
+                raise SnapshotError(f"snapshot {path} is corrupt (header length {head_len} exceeds the file)")
+            if verify and crc32c.crc32c(memoryview(mm)[:body_end]) != crc:
+                raise SnapshotError(f"snapshot {path} is corrupt (checksum mismatch)")
+            try:
+                unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=head_len + 1)
+                unpacker.feed(mm[_PREAMBLE.size:_PREAMBLE.size + head_len])
+                header = next(unpacker)
+            except Exception as exc:  # noqa: BLE001 - any decode failure means corruption
+                raise SnapshotError(f"snapshot {path} has an unreadable header: {exc}") from exc
+            if not isinstance(header, dict) or not isinstance(header.get("arrays"), list):
+                raise SnapshotError(f"snapshot {path} has a malformed header")
+            arrays: dict[str, np.ndarray] = {}
+            for entry in header["arrays"]:
+                try:
+                    name, dt, shape = entry["name"], entry["dtype"], tuple(int(x) for x in entry["shape"])
+                    off, nbytes = int(entry["offset"]), int(entry["nbytes"])
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise SnapshotError(f"snapshot {path} has a malformed array entry: {entry!r}") from exc
+                if dt not in _ALLOWED_DTYPES:
+                    raise SnapshotError(f"snapshot {path}: array {name!r} has unsupported dtype {dt!r}")
+                itemsize = np.dtype(dt).itemsize
+                if any(s < 0 for s in shape) or int(np.prod(shape, dtype=np.int64)) * itemsize != nbytes:
+                    raise SnapshotError(f"snapshot {path}: array {name!r} size does not match its shape")
+                if off < _PREAMBLE.size + head_len or off + nbytes > body_end:
+                    raise SnapshotError(f"snapshot {path}: array {name!r} lies outside the file")
+                view = memoryview(mm)[off:off + nbytes]
+                if verify and crc32c.crc32c(view) != entry.get("crc32c"):
+                    view.release()
+                    raise SnapshotError(f"snapshot {path}: array {name!r} is corrupt (checksum mismatch)")
+                arrays[name] = np.frombuffer(view, dtype=dt).reshape(shape).copy()
+                view.release()
+    header.pop("arrays")
+    return header, arrays
+
+
+def snapshot_name(version: int, now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
+    return f"model-{version:012d}-{stamp}.stsnap"

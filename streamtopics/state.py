@@ -1,0 +1,198 @@
+"""ModelState: the global topic statistics every engine reads and every update writes.
+
+The variational topic-word parameter is stored as ``lambda[v, k] = beta + scale * mu[v, k]``
+(word-major, so one word's K values are contiguous for the local step).  The scalar
+``scale`` makes the stochastic update's decay ``lambda <- (1 - rho) lambda + ...`` cost
+O(entries touched by the batch) instead of O(V K); it is folded back into ``mu`` when it
+gets small.  For the memoized update scale stays 1 and ``mu`` is exactly the sum of the
+cached batch summaries.
+
+Rows for new words are appended with amortized capacity doubling; a new word starts at
+the prior (mu = 0) and existing rows are never touched by growth.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from ._numeric import digamma
+
+_RESCALE_BELOW = 1e-60
+
+
+@njit(cache=True, nogil=True)
+def _expected_log_phi(mu, scale, beta, rows, psi_tot):
+    U = rows.shape[0]
+    K = mu.shape[1]
+    out = np.empty((U, K))
+    for u in range(U):
+        v = rows[u]
+        for k in range(K):
+            out[u, k] = digamma(beta + scale * mu[v, k]) - psi_tot[k]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _scatter_add(mu, totals, word_ids, indptr, topics, values, factor):
+    for u in range(word_ids.shape[0]):
+        v = word_ids[u]
+        for p in range(indptr[u], indptr[u + 1]):
+            k = topics[p]
+            x = factor * values[p]
+            mu[v, k] += x
+            totals[k] += x
+
+
+class ModelState:
+    """Topic-word statistics, hyperparameters and counters shared by all engines."""
+
+    def __init__(self, n_topics: int, alpha: float, beta: float, capacity: int = 1024):
+        self.n_topics = int(n_topics)
+        self.alpha = float(alpha)
+        self.beta = float(beta)
+        self.mu = np.zeros((max(int(capacity), 16), self.n_topics))
+        self.mu_totals = np.zeros(self.n_topics)
+        self.scale = 1.0
+        self.n_words = 0
+        self.docs_seen = 0
+        self.tokens_seen = 0.0
+        self.n_updates = 0
+        self.version = 0
+        self.initialized = False
+        # Pseudo-count every (word, topic) starts with, in mu units: like Hoffman et al.'s
+        # Gamma(100, 1/100) initialisation it decays with the stochastic scale, and a word
+        # that joins later starts where it would stand had it been there from the start.
+        self.smoothing = 0.0
+
+    # -- vocabulary growth --------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self.mu.shape[0]
+
+    def ensure_words(self, n_words: int) -> None:
+        """Make room for ids < n_words; new rows start at the prior."""
+        if n_words > self.capacity:
+            cap = self.capacity
+            while cap < n_words:
+                cap *= 2
+            grown = np.zeros((cap, self.n_topics))
+            grown[: self.n_words] = self.mu[: self.n_words]
+            self.mu = grown
+        if n_words > self.n_words and self.smoothing > 0.0:
+            self.mu[self.n_words:n_words] = self.smoothing
+            self.mu_totals += (n_words - self.n_words) * self.smoothing
+        self.n_words = max(self.n_words, int(n_words))
+
+    def reset_words(self, ids: np.ndarray) -> None:
+        """Return the rows of ``ids`` to the prior (their word was evicted from the vocabulary)."""
+        if len(ids):
+            self.mu_totals -= self.mu[ids].sum(axis=0)
+            self.mu[ids] = self.smoothing
+            self.mu_totals += len(ids) * self.smoothing
+
+    # -- reads ------------------------------------------------------------------------
+    def lam(self) -> np.ndarray:
+        """lambda as a (V, K) array (a copy)."""
+        return self.beta + self.scale * self.mu[: self.n_words]
+
+    def lam_totals(self) -> np.ndarray:
+        return self.n_words * self.beta + self.scale * self.mu_totals
+
+    def expected_log_phi(self, rows: np.ndarray) -> np.ndarray:
+        """E[log phi_kv] = psi(lambda_kv) - psi(sum_v lambda_kv) for the given word ids, shape (U, K)."""
+        psi_tot = _psi_vec(self.lam_totals())
+        return _expected_log_phi(self.mu, self.scale, self.beta, np.asarray(rows, dtype=np.int64), psi_tot)
+
+    def topic_word(self) -> np.ndarray:
+        """Posterior mean E[phi] as (K, V); rows sum to one."""
+        lam = self.lam().T
+        return lam / lam.sum(axis=1, keepdims=True)
+
+    # -- writes -----------------------------------------------------------------------
+    def add_summary(self, summary, factor: float) -> None:
+        """mu += factor * S (factor may be negative: exact subtraction for memoized updates)."""
+        _scatter_add(self.mu, self.mu_totals, summary.word_ids, summary.indptr, summary.topics,
+                     summary.values, float(factor))
+
+    def decay(self, keep: float) -> None:
+        """lambda - beta <- keep * (lambda - beta), in O(1) via the scale."""
+        self.scale *= keep
+        if self.scale < _RESCALE_BELOW:
+            self.mu[: self.n_words] *= self.scale
+            self.mu_totals = self.mu[: self.n_words].sum(axis=0)
+            self.smoothing *= self.scale
+            self.scale = 1.0
+
+    def fold_scale(self) -> None:
+        """Multiply the scale into mu so that scale == 1 (exact arithmetic for memoized updates)."""
+        if self.scale != 1.0:
+            self.mu[: self.n_words] *= self.scale
+            self.smoothing *= self.scale
+            self.scale = 1.0
+            self.refresh_totals()
+
+    def lgamma_row_sums(self) -> np.ndarray:
+        """sum_v lgamma(lambda_kv) per topic (for the ELBO's Dirichlet normalisers), shape (K,)."""
+        return _lgamma_sums(self.mu, self.scale, self.beta, self.n_words)
+
+    def clear(self) -> None:
+        self.mu[:] = 0.0
+        self.mu_totals[:] = 0.0
+        self.scale = 1.0
+        self.smoothing = 0.0
+
+    def refresh_totals(self) -> None:
+        """Recompute the running topic totals exactly (bounds drift from many small adds)."""
+        self.mu_totals = self.mu[: self.n_words].sum(axis=0)
+
+    # -- persistence ------------------------------------------------------------------
+    def header(self) -> dict:
+        return {
+            "n_topics": self.n_topics, "alpha": self.alpha, "beta": self.beta, "scale": self.scale,
+            "n_words": self.n_words, "docs_seen": self.docs_seen, "tokens_seen": self.tokens_seen,
+            "n_updates": self.n_updates, "version": self.version, "initialized": self.initialized,
+            "smoothing": self.smoothing,
+        }
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"mu": self.mu[: self.n_words], "mu_totals": self.mu_totals}
+
+    @classmethod
+    def restore(cls, header: dict, arrays: dict[str, np.ndarray]) -> "ModelState":
+        s = cls(header["n_topics"], header["alpha"], header["beta"])
+        n = int(header["n_words"])
+        mu = arrays["mu"]
+        if mu.shape != (n, s.n_topics):
+            raise ValueError(f"snapshot array mu has shape {mu.shape}, expected {(n, s.n_topics)}")
+        s.ensure_words(max(n, 1))
+        s.n_words = n
+        s.mu[:n] = mu
+        s.mu_totals = np.array(arrays["mu_totals"], dtype=np.float64)
+        s.scale = float(header["scale"])
+        s.docs_seen = int(header["docs_seen"])
+        s.tokens_seen = float(header["tokens_seen"])
+        s.n_updates = int(header["n_updates"])
+        s.version = int(header["version"])
+        s.initialized = bool(header["initialized"])
+        s.smoothing = float(header.get("smoothing", 0.0))
+        return s
+
+
+@njit(cache=True, nogil=True)
+def _lgamma_sums(mu, scale, beta, n):
+    K = mu.shape[1]
+    out = np.zeros(K)
+    for v in range(n):
+        for k in range(K):
+            out[k] += math.lgamma(beta + scale * mu[v, k])
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _psi_vec(x):
+    out = np.empty(x.shape[0])
+    for i in range(x.shape[0]):
+        out[i] = digamma(x[i])
+    return out

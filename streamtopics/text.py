@@ -1,0 +1,191 @@
+"""Tokenizer and a vocabulary that grows with the stream.
+
+The vocabulary hands out dense integer ids.  It never renumbers existing words, so
+topic-word statistics indexed by id stay valid as it grows.  When a cap is set, the
+policy decides what happens to words that arrive once the cap is reached:
+
+* ``"ignore"``: unseen words are dropped (ids stay stable forever);
+* ``"evict"``: the rarest words by an exponentially decayed count make room; the
+  freed id is reused by the new word and the caller resets that id's statistics to
+  the prior (``Vocabulary.add_batch`` returns the evicted ids for that purpose).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+# A compact English stop list (function words and mail boilerplate common in news text).
+ENGLISH_STOPWORDS = frozenset(
+    """
+    a about above after again against all almost also although always am among an and
+    another any anybody anyone anything anyway anywhere are aren around as at back be
+    became because become becomes been before behind being below beside besides between
+    beyond both but by can cannot could couldn did didn do does doesn doing don done down
+    during each either else elsewhere enough etc even ever every everyone everything
+    everywhere except few for former formerly from further get gets getting give given
+    go goes going gone got had hadn has hasn have haven having he hence her here hers
+    herself him himself his how however i ie if in indeed instead into is isn it its
+    itself just keep last least less let like ll made many may me meanwhile might mine
+    more moreover most mostly much must my myself namely neither never nevertheless next
+    no nobody none noone nor not nothing now nowhere of off often on once one only onto
+    or other others otherwise our ours ourselves out over own per perhaps please put
+    quite rather re really s said same say says see seem seemed seeming seems several
+    shall she should shouldn since so some somehow someone something sometime sometimes
+    somewhere still such t than that the their theirs them themselves then thence there
+    thereafter thereby therefore therein thereupon these they thing things this those
+    though through throughout thru thus to together too toward towards under until up
+    upon us use used using ve very via was wasn way we well were weren what whatever
+    when whence whenever where whereafter whereas whereby wherein whereupon wherever
+    whether which while whither who whoever whole whom whose why will with within
+    without won would wouldn yet you your yours yourself yourselves d m o y
+    subject lines organization writes wrote article re edu com
+    """.split()
+)
+
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+class Tokenizer:
+    """Lowercase, unicode-aware word tokenizer with a length window and a stop list."""
+
+    def __init__(self, min_len: int = 2, max_len: int = 30, stopwords: Iterable[str] | str | None = "english"):
+        if min_len < 1 or max_len < min_len:
+            raise ValueError(f"tokenizer lengths must satisfy 1 <= min_len <= max_len (got {min_len}, {max_len})")
+        self.min_len = int(min_len)
+        self.max_len = int(max_len)
+        if stopwords == "english":
+            self.stopwords = ENGLISH_STOPWORDS
+        elif stopwords is None or stopwords == "none":
+            self.stopwords = frozenset()
+        elif isinstance(stopwords, str):
+            raise ValueError(f"stopwords must be 'english', 'none' or a collection of words (got {stopwords!r})")
+        else:
+            self.stopwords = frozenset(w.lower() for w in stopwords)
+
+    def __call__(self, text: str) -> list[str]:
+        lo, hi, stop = self.min_len, self.max_len, self.stopwords
+        return [w for w in _WORD.findall(text.lower()) if lo <= len(w) <= hi and w not in stop]
+
+    def config(self) -> dict:
+        sw = "english" if self.stopwords is ENGLISH_STOPWORDS else sorted(self.stopwords)
+        return {"min_len": self.min_len, "max_len": self.max_len, "stopwords": sw}
+
+
+class Vocabulary:
+    """word <-> id map with decayed counts, a cap and a policy for words past the cap."""
+
+    POLICIES = ("ignore", "evict")
+
+    def __init__(self, cap: int | None = None, policy: str = "ignore", decay: float = 0.999):
+        if policy not in self.POLICIES:
+            raise ValueError(f"vocabulary policy must be one of {self.POLICIES} (got {policy!r})")
+        if cap is not None and cap < 1:
+            raise ValueError(f"vocabulary cap must be >= 1 (got {cap})")
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"vocabulary decay must be in (0, 1] (got {decay})")
+        self.cap = cap
+        self.policy = policy
+        self.decay = float(decay)
+        self._index: dict[str, int] = {}
+        self._words: list[str] = []
+        self._counts = np.zeros(1024, dtype=np.float64)  # decayed counts, capacity doubles
+        self.n_evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._words)
+
+    def __contains__(self, word: str) -> bool:
+        return word in self._index
+
+    @property
+    def words(self) -> list[str]:
+        return list(self._words)
+
+    @property
+    def counts(self) -> np.ndarray:
+        return self._counts[: len(self._words)]
+
+    def get(self, word: str, default: int = -1) -> int:
+        return self._index.get(word, default)
+
+    def ids(self, words: Sequence[str]) -> np.ndarray:
+        """Ids of known words, -1 for unknown ones; never grows."""
+        get = self._index.get
+        return np.fromiter((get(w, -1) for w in words), dtype=np.int64, count=len(words))
+
+    def add_batch(self, words: Sequence[str], counts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Map the distinct ``words`` of one minibatch to ids, growing the vocabulary.
+
+        ``counts`` (same length) feeds the decayed frequency used by eviction.  Returns
+        ``(ids, evicted)``: ids of -1 mark words that were dropped under the cap, and
+        ``evicted`` lists ids whose old word was evicted and which now belong to a new
+        word (the caller must reset their statistics to the prior).
+        """
+        index = self._index
+        ids = np.fromiter((index.get(w, -1) for w in words), dtype=np.int64, count=len(words))
+        new_pos = np.flatnonzero(ids < 0)
+        evicted = np.empty(0, dtype=np.int64)
+        if new_pos.size:
+            room = new_pos.size if self.cap is None else max(self.cap - len(self._words), 0)
+            take = new_pos[:room]
+            for p in take:
+                ids[p] = self._append(words[p])
+            rest = new_pos[room:]
+            if rest.size and self.policy == "evict":
+                evicted = self._evict_for(words, ids, rest)
+        if self.decay < 1.0:
+            self._counts[: len(self._words)] *= self.decay
+        known = ids >= 0
+        if counts is None:
+            np.add.at(self._counts, ids[known], 1.0)
+        else:
+            np.add.at(self._counts, ids[known], np.asarray(counts, dtype=np.float64)[known])
+        return ids, evicted
+
+    def _append(self, word: str) -> int:
+        i = len(self._words)
+        if i >= self._counts.shape[0]:
+            grown = np.zeros(2 * self._counts.shape[0], dtype=np.float64)
+            grown[:i] = self._counts[:i]
+            self._counts = grown
+        self._words.append(word)
+        self._index[word] = i
+        self._counts[i] = 0.0
+        return i
+
+    def _evict_for(self, words: Sequence[str], ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        # Candidates: words not used by this batch; evict the rarest by decayed count.
+        counts = self._counts[: len(self._words)].copy()
+        counts[ids[ids >= 0]] = np.inf
+        n = min(positions.size, int(np.isfinite(counts).sum()))
+        if n == 0:
+            return np.empty(0, dtype=np.int64)
+        victims = np.argpartition(counts, n - 1)[:n] if n < counts.size else np.arange(counts.size)
+        victims = victims[np.isfinite(counts[victims])][:n]
+        for p, v in zip(positions[: victims.size], victims):
+            del self._index[self._words[v]]
+            self._words[v] = words[p]
+            self._index[words[p]] = int(v)
+            self._counts[v] = 0.0
+            ids[p] = v
+        self.n_evicted += int(victims.size)
+        return victims.astype(np.int64)
+
+    # -- persistence -------------------------------------------------------------------
+    def state(self) -> dict:
+        return {"cap": self.cap, "policy": self.policy, "decay": self.decay, "n_evicted": self.n_evicted}
+
+    @classmethod
+    def restore(cls, state: dict, words: list[str], counts: np.ndarray) -> "Vocabulary":
+        v = cls(cap=state["cap"], policy=state["policy"], decay=state["decay"])
+        v._words = list(words)
+        v._index = {w: i for i, w in enumerate(words)}
+        if len(v._index) != len(words):
+            raise ValueError("vocabulary has duplicate words")
+        cap = max(1024, 1 << max(len(words) - 1, 1).bit_length())
+        v._counts = np.zeros(cap, dtype=np.float64)
+        v._counts[: len(words)] = counts
+        v.n_evicted = int(state.get("n_evicted", 0))
+        return v
