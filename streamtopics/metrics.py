@@ -104,9 +104,10 @@ class Metrics:
     ``.observe()`` directly; the helper methods below add validation where a
     typo would silently create an unbounded or misleading series.
 
-    ``dead_letter_reasons``: the codec's fixed set of reason codes, pre-created
-    at zero. ``dead_letter()`` accepts any string, but callers must only pass
-    codes from that fixed set to keep the label's cardinality bounded.
+    ``dead_letter_reasons``: the codec's fixed set of reason codes
+    (``streamtopics.stream.codec.REASONS``), pre-created at zero. ``dead_letter()``
+    accepts any string, but callers must only pass codes from that fixed set to
+    keep the label's cardinality bounded.
     """
 
     def __init__(

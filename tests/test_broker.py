@@ -13,6 +13,7 @@ from pathlib import Path
 import msgpack
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
 
 from streamtopics.stream import broker as broker_mod
 from streamtopics.stream.broker import (
@@ -47,10 +48,10 @@ def _produce(bootstrap: str, topic: str, partitions: int) -> list[dict]:
     return payloads
 
 
-def _drain(consumer: KafkaConsumer, want: int) -> list:
+def _drain(consumer: KafkaConsumer, want: int, deadline_s: float = DEADLINE_S) -> list:
     """Poll until `want` records arrived or the deadline passed (bounded both ways)."""
     records = []
-    deadline = time.monotonic() + DEADLINE_S
+    deadline = time.monotonic() + deadline_s
     for _ in range(500):
         if len(records) >= want or time.monotonic() > deadline:
             break
@@ -221,3 +222,96 @@ def _pid_alive(pid: int) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+
+def test_clients_auto_create_topics_with_4_partitions_even_when_told_not_to(broker):
+    """tansu ignores allow_auto_create_topics=False: any consumer or producer that
+    names a missing topic creates it with 4 partitions. Create topics first."""
+    topic = f"t-{uuid.uuid4().hex[:12]}"
+    c = _consumer(broker.bootstrap, allow_auto_create_topics=False)
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        for _ in range(3):
+            c.poll(timeout_ms=100)
+    finally:
+        c.close()
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, bootstrap_timeout_ms=5000)
+    try:
+        described = {t["name"]: len(t["partitions"]) for t in admin.describe_topics([topic])}
+    finally:
+        admin.close()
+    assert described == {topic: 4}
+    # create_topics reports the count the topic really has (and logs the mismatch).
+    assert create_topics(broker.bootstrap, {topic: 1}) == {topic: 4}
+
+
+def test_restart_quirks_the_daemon_must_handle():
+    """tansu 0.6.0 after a restart (memory storage), pinned so the daemon's design stays honest:
+
+    1. kafka-python 3's default idempotent producer is broken for good (unknown producer id);
+    2. a consumer keeps its old position, beyond the new high watermark, and gets no
+       OffsetOutOfRange: it silently skips the first records of the new log unless the
+       daemon detects ``highwater < position`` and rewinds.
+    """
+    b = EmbeddedBroker()
+    idempotent = consumer = fresh = None
+    try:
+        b.start()
+        topic = f"t-{uuid.uuid4().hex[:12]}"
+        tp = TopicPartition(topic, 0)
+        create_topics(b.bootstrap, {topic: 1})
+        idempotent = KafkaProducer(bootstrap_servers=b.bootstrap, acks="all", linger_ms=10,
+                                   max_block_ms=5000, request_timeout_ms=5000)
+        for i in range(10):
+            idempotent.send(topic, b"before-%d" % i)
+        idempotent.flush(timeout=10)
+        consumer = _consumer(b.bootstrap)
+        consumer.assign([tp])
+        consumer.seek_to_beginning()
+        assert len(_drain(consumer, 10)) == 10
+        assert consumer.position(tp) == 10 and consumer.highwater(tp) == 10
+
+        t0 = time.monotonic()
+        b.restart(grace_s=0)  # a crash: SIGTERM would wait for our open connections
+        assert time.monotonic() - t0 < 2
+        with pytest.raises(KafkaError):
+            idempotent.send(topic, b"x").get(timeout=10)
+
+        # Old clients may already have auto-created the topic (4 partitions): either
+        # way partition 0 exists again, empty.
+        create_topics(b.bootstrap, {topic: 1})
+        fresh = KafkaProducer(bootstrap_servers=b.bootstrap, acks="all", linger_ms=10,
+                              enable_idempotence=False, max_block_ms=5000)
+        for i in range(3):
+            fresh.send(topic, b"after-%d" % i, partition=0)
+        fresh.flush(timeout=10)
+        assert _drain(consumer, 1, deadline_s=1.5) == []  # stuck past the end, no error
+        assert consumer.position(tp) == 10 and consumer.highwater(tp) == 3
+        consumer.seek_to_beginning()  # what the daemon must do on highwater < position
+        assert [r.value for r in _drain(consumer, 3)] == [b"after-0", b"after-1", b"after-2"]
+    finally:
+        for client in (consumer, idempotent, fresh):
+            if client is not None:
+                client.close()
+        b.cleanup()
+
+
+def test_stop_escalates_to_sigkill_when_clients_stay_connected():
+    # tansu's SIGTERM shutdown waits for clients to disconnect; stop() must not.
+    b = EmbeddedBroker()
+    c = None
+    try:
+        b.start()
+        port = b.port
+        c = _consumer(b.bootstrap)
+        c.assign([TopicPartition("keepalive", 0)])
+        c.poll(timeout_ms=200)
+        t0 = time.monotonic()
+        b.stop()
+        assert 2.5 < time.monotonic() - t0 < 6  # the 3 s grace, then SIGKILL
+        assert not b.is_running() and not _port_accepts("127.0.0.1", port)
+    finally:
+        if c is not None:
+            c.close()
+        b.cleanup()

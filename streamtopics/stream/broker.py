@@ -102,18 +102,22 @@ def _port_accepts(host: str, port: int, timeout: float = 0.2) -> bool:
         return False
 
 
-def _terminate(proc: subprocess.Popen, log_fh: IO[bytes] | None) -> None:
-    """SIGTERM the broker by its own pid, SIGKILL after a grace period.
+def _terminate(proc: subprocess.Popen, log_fh: IO[bytes] | None,
+               grace_s: float = _TERM_GRACE_S) -> None:
+    """SIGTERM the broker by its own pid, SIGKILL after ``grace_s`` (0: SIGKILL at once).
 
     A plain function (not a method) so weakref.finalize can hold it without
     keeping the EmbeddedBroker alive.
     """
     try:
         if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=_TERM_GRACE_S)
-            except subprocess.TimeoutExpired:
+            if grace_s > 0:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+            if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=_TERM_GRACE_S)
     except (OSError, subprocess.TimeoutExpired) as exc:  # pragma: no cover - best effort
@@ -195,6 +199,9 @@ class EmbeddedBroker:
         with self._lock:
             if self.is_running():
                 return self
+            if self._finalizer is not None:  # tansu died on its own: reap it, close its log
+                self._finalizer()
+                self._proc, self._finalizer = None, None
             binary = find_tansu()
             if self._log_dir is None:
                 if self._user_log_dir is not None:
@@ -241,7 +248,9 @@ class EmbeddedBroker:
             cmd, stdin=subprocess.DEVNULL, stdout=log_fh, stderr=subprocess.STDOUT,
             env=env, start_new_session=True, close_fds=True,
         )
-        finalizer = weakref.finalize(self, _terminate, proc, log_fh)
+        # Safety net for a broker never stopped: runs at garbage collection or
+        # interpreter exit; short grace so exit is not held up by open clients.
+        finalizer = weakref.finalize(self, _terminate, proc, log_fh, 0.5)
         deadline = time.monotonic() + self.start_timeout_s
         while True:
             if proc.poll() is not None:
@@ -264,12 +273,19 @@ class EmbeddedBroker:
         self._proc, self._finalizer = proc, finalizer
         log.info("tansu pid %d listening on %s (log %s)", proc.pid, url, self.log_path)
 
-    def stop(self) -> None:
-        """Terminate the broker (SIGTERM, then SIGKILL after 3 s). Idempotent."""
+    def stop(self, grace_s: float = _TERM_GRACE_S) -> None:
+        """Terminate the broker: SIGTERM, then SIGKILL after ``grace_s``. Idempotent.
+
+        tansu's SIGTERM shutdown waits for every client connection to close, so
+        with clients connected stop() takes the full grace period; ``grace_s=0``
+        kills at once (a crash, which loses nothing more: storage is memory).
+        """
         with self._lock:
             had_process = self._finalizer is not None
             if had_process:
-                self._finalizer()  # runs _terminate at most once
+                if self._proc is not None:
+                    _terminate(self._proc, None, grace_s)
+                self._finalizer()  # runs _terminate at most once; closes the log
             self._proc, self._finalizer = None, None
         if had_process:  # only our own socket; another process may own the port
             self._wait_port_closed(timeout_s=_TERM_GRACE_S)
@@ -284,9 +300,12 @@ class EmbeddedBroker:
                 return
             time.sleep(0.02)
 
-    def restart(self) -> EmbeddedBroker:
-        """Stop and start again on the same port. Memory storage: all data is lost."""
-        self.stop()
+    def restart(self, grace_s: float = _TERM_GRACE_S) -> EmbeddedBroker:
+        """Stop and start again on the same port. Memory storage: all data is lost.
+
+        ``grace_s=0`` simulates a crash (SIGKILL) and skips the wait for clients.
+        """
+        self.stop(grace_s=grace_s)
         return self.start()
 
     def cleanup(self) -> None:
