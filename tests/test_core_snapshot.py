@@ -1,0 +1,287 @@
+"""Snapshots: bit-exact round trips, rng continuity, corruption detection, atomic writes."""
+from __future__ import annotations
+
+import errno
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+import streamtopics.snapshot as snapmod
+from streamtopics.corpora import load_reuters_r8
+from streamtopics.model import TopicModel, load_snapshot
+from streamtopics.snapshot import FORMAT_VERSION, SnapshotError, SnapshotWriteError, read_snapshot
+
+
+def _texts(lo, hi):
+    return [d.text for d in load_reuters_r8("train", seed=0)[lo:hi]]
+
+
+@pytest.fixture(scope="module")
+def r8():
+    return _texts(0, 240)
+
+
+def trained(update: str, r8, **kw) -> TopicModel:
+    m = TopicModel(n_topics=6, sparsity=3, update=update, seed=3, **kw)
+    for i, b in enumerate(range(0, 160, 40)):
+        m.partial_fit(r8[b:b + 40], batch_key=f"b{i}" if update == "memoized" else None)
+    m.partial_fit(r8[0:40], batch_key="b0" if update == "memoized" else None)  # a memoized revisit
+    return m
+
+
+def assert_models_identical(a: TopicModel, b: TopicModel) -> None:
+    assert a.get_params() == b.get_params()
+    assert a.state.header() == b.state.header()
+    n = a.state.n_words
+    for name in ("mu", "mu_totals"):
+        x, y = getattr(a.state, name), getattr(b.state, name)
+        if name == "mu":
+            x, y = x[:n], y[:n]
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert x.tobytes() == y.tobytes(), name
+    assert a.vocabulary == b.vocabulary
+    assert a.vocab.counts.tobytes() == b.vocab.counts.tobytes()
+    assert a.vocab.state() == b.vocab.state()
+    assert a.rng.bit_generator.state == b.rng.bit_generator.state
+    assert a._auto_key == b._auto_key
+    ca, cb = a.updater.cache_items(), b.updater.cache_items()
+    assert [k for k, _ in ca] == [k for k, _ in cb]
+    for (_, s), (_, t) in zip(ca, cb):
+        for f in ("word_ids", "indptr", "topics", "values", "topic_totals"):
+            x, y = getattr(s, f), getattr(t, f)
+            assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), f
+        assert (s.n_docs, s.n_tokens, s.entropy, s.alloc) == (t.n_docs, t.n_tokens, t.entropy, t.alloc)
+
+
+@pytest.mark.parametrize("update", ["stochastic", "memoized"])
+def test_round_trip_is_bit_exact(tmp_path, r8, update):
+    m = trained(update, r8)
+    if update == "memoized":
+        assert len(m.updater.cache_items()) == 4
+    path = tmp_path / "m.stsnap"
+    nbytes = m.save(path, offsets={"topic-a": {"0": 17, "3": 5}}, extra={"note": "x"})
+    assert nbytes == path.stat().st_size
+    m2 = load_snapshot(path)
+    assert_models_identical(m, m2)
+    assert m2.snapshot_info["offsets"] == {"topic-a": {"0": 17, "3": 5}}
+    assert m2.snapshot_info["extra"] == {"note": "x"}
+    assert m2.snapshot_info["path"] == str(path)
+    assert m2.version == m.version == 5
+    # Identical predictions and identical topics.
+    test = _texts(300, 360)
+    assert m.transform(test).tobytes() == m2.transform(test).tobytes()
+    assert m.topic_word().tobytes() == m2.topic_word().tobytes()
+    if update == "memoized":
+        assert m.elbo() == m2.elbo()
+    # Saving the loaded model again gives the same arrays.
+    m2.save(tmp_path / "again.stsnap")
+    _, a1 = read_snapshot(path)
+    _, a2 = read_snapshot(tmp_path / "again.stsnap")
+    assert a1.keys() == a2.keys()
+    for k in a1:
+        assert a1[k].tobytes() == a2[k].tobytes(), k
+
+
+@pytest.mark.parametrize("update", ["stochastic", "memoized"])
+def test_loaded_model_continues_identically(tmp_path, r8, update):
+    m = trained(update, r8)
+    m.save(tmp_path / "m.stsnap")
+    m2 = load_snapshot(tmp_path / "m.stsnap")
+    nxt = r8[160:200]
+    m.partial_fit(nxt, batch_key="b9" if update == "memoized" else None)
+    m2.partial_fit(nxt, batch_key="b9" if update == "memoized" else None)
+    assert_models_identical(m, m2)
+
+
+def test_memoized_auto_keys_continue_after_load(tmp_path, r8):
+    """Batches without a key get auto keys; a loaded model must not reuse (and so overwrite) one."""
+    m = TopicModel(n_topics=4, sparsity=2, update="memoized", seed=1)
+    m.partial_fit(r8[:40])
+    m.partial_fit(r8[40:80])
+    m.save(tmp_path / "auto.stsnap")
+    m2 = load_snapshot(tmp_path / "auto.stsnap")
+    for model in (m, m2):
+        model.partial_fit(r8[80:120])
+        assert len(model.updater.cache_items()) == 3
+        assert model.last_stats["revisit"] is False
+    assert_models_identical(m, m2)
+
+
+def test_rng_state_round_trips(tmp_path, r8):
+    """A model saved before initialisation must draw the same random init after loading."""
+    m = TopicModel(n_topics=5, sparsity=2, seed=11)
+    m.prepare(m.tokenize(r8[:40]))  # vocabulary only, not initialised
+    m.rng.random(7)  # advance the generator away from the seed
+    m.save(tmp_path / "pre.stsnap")
+    m2 = load_snapshot(tmp_path / "pre.stsnap")
+    assert not m2.state.initialized
+    assert m.rng.bit_generator.state == m2.rng.bit_generator.state
+    m.partial_fit(r8[40:80])
+    m2.partial_fit(r8[40:80])
+    assert m.state.mu.tobytes() == m2.state.mu.tobytes()
+    # Control: a model built fresh from the same seed has a different generator state now.
+    m3 = TopicModel(n_topics=5, sparsity=2, seed=11)
+    m3.prepare(m3.tokenize(r8[:40]))
+    m3.partial_fit(r8[40:80])
+    assert m3.state.mu.tobytes() != m.state.mu.tobytes()
+
+
+def test_empty_model_round_trips(tmp_path):
+    m = TopicModel(n_topics=3)
+    m.save(tmp_path / "empty.stsnap")
+    m2 = load_snapshot(tmp_path / "empty.stsnap")
+    assert_models_identical(m, m2)
+    assert m2.state.n_words == 0 and m2.vocabulary == []
+
+
+# -- corruption -------------------------------------------------------------------------------
+
+@pytest.fixture
+def snap(tmp_path, r8) -> Path:
+    m = trained("memoized", r8)
+    path = tmp_path / "model.stsnap"
+    m.save(path)
+    load_snapshot(path)  # valid before we damage it
+    return path
+
+
+def _head_len(data: bytes) -> int:
+    return struct.unpack_from("<Q", data, 16)[0]
+
+
+def _expect_error(path: Path, *fragments: str) -> str:
+    with pytest.raises(SnapshotError) as ei:
+        load_snapshot(path)
+    msg = str(ei.value)
+    assert str(path) in msg, msg
+    for f in fragments:
+        assert f in msg, msg
+    return msg
+
+
+@pytest.mark.parametrize("region", ["header", "arrays"])
+def test_corrupt_byte_is_detected(snap, region):
+    data = bytearray(snap.read_bytes())
+    head = _head_len(data)
+    body_end = len(data) - 16
+    pos = 24 + head // 2 if region == "header" else (24 + head + body_end) // 2
+    assert 24 <= pos < body_end
+    data[pos] ^= 0x5A
+    snap.write_bytes(bytes(data))
+    _expect_error(snap, "corrupt")
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.999, 30, 0])
+def test_truncated_file_is_detected(snap, keep):
+    data = snap.read_bytes()
+    n = int(len(data) * keep) if isinstance(keep, float) else keep
+    snap.write_bytes(data[:n])
+    _expect_error(snap, "truncated")
+
+
+def test_bad_magic_is_detected(snap):
+    data = bytearray(snap.read_bytes())
+    data[0:8] = b"NOTSNAP\x00"
+    snap.write_bytes(bytes(data))
+    _expect_error(snap, "not a streamtopics snapshot")
+
+
+def test_newer_format_version_is_refused(snap):
+    data = bytearray(snap.read_bytes())
+    struct.pack_into("<I", data, 8, FORMAT_VERSION + 1)
+    snap.write_bytes(bytes(data))
+    _expect_error(snap, f"format version {FORMAT_VERSION + 1}", "newer")
+
+
+def test_missing_file_is_a_snapshot_error(tmp_path):
+    _expect_error(tmp_path / "nope.stsnap", "cannot open")
+
+
+def test_appended_garbage_is_detected(snap):
+    with open(snap, "ab") as f:
+        f.write(b"\x00" * 100)
+    _expect_error(snap)
+
+
+# -- atomic writes -------------------------------------------------------------------------------
+
+def _temp_files(d: Path, name: str):
+    return [p for p in d.iterdir() if p.name.startswith(f".{name}.") and p.name.endswith(".tmp")]
+
+
+def test_write_to_read_only_directory_fails_cleanly(tmp_path, r8):
+    m = trained("stochastic", r8)
+    d = tmp_path / "ro"
+    d.mkdir()
+    m.save(d / "m.stsnap")  # an older good snapshot at the same path
+    old = (d / "m.stsnap").read_bytes()
+    d.chmod(0o555)
+    try:
+        if os.access(d, os.W_OK):
+            pytest.skip("running with privileges that bypass directory permissions (root)")
+        m.partial_fit(r8[160:200])
+        with pytest.raises(SnapshotWriteError) as ei:
+            m.save(d / "m.stsnap")
+        assert ei.value.reason == "permission"
+        assert str(d / "m.stsnap") in str(ei.value)
+        assert _temp_files(d, "m.stsnap") == []
+        assert (d / "m.stsnap").read_bytes() == old
+        assert load_snapshot(d / "m.stsnap").version == 5
+    finally:
+        d.chmod(0o755)
+
+
+def test_write_into_a_directory_that_refuses_files(r8):
+    """Works as root too: sysfs refuses new files regardless of privileges."""
+    target = Path("/sys/streamtopics-test.stsnap")
+    if not Path("/sys/kernel").is_dir():
+        pytest.skip("no sysfs mounted")
+    m = TopicModel(n_topics=2)
+    with pytest.raises(SnapshotWriteError) as ei:
+        m.save(target)
+    assert ei.value.reason == "permission"
+    assert str(target) in str(ei.value)
+    assert not target.exists()
+
+
+def test_target_path_is_a_directory(tmp_path):
+    target = tmp_path / "m.stsnap"
+    target.mkdir()
+    m = TopicModel(n_topics=2)
+    with pytest.raises(SnapshotWriteError) as ei:
+        m.save(target)
+    assert ei.value.reason == "io_error"
+    assert isinstance(ei.value, OSError)
+    assert str(target) in str(ei.value)
+    assert _temp_files(tmp_path, "m.stsnap") == []
+    assert target.is_dir() and list(target.iterdir()) == []
+
+
+@pytest.mark.parametrize("code,reason", [(errno.ENOSPC, "disk_full"), (errno.EDQUOT, "disk_full"),
+                                         (errno.EACCES, "permission"), (errno.EROFS, "permission"),
+                                         (errno.EIO, "io_error")])
+@pytest.mark.parametrize("stage", ["fsync", "replace"])
+def test_failed_write_keeps_the_older_snapshot(tmp_path, r8, monkeypatch, code, reason, stage):
+    m = trained("stochastic", r8)
+    path = tmp_path / "m.stsnap"
+    m.save(path)
+    old = path.read_bytes()
+    m.partial_fit(r8[160:200])
+
+    def fail(*a, **k):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(snapmod.os, stage, fail)
+    with pytest.raises(SnapshotWriteError) as ei:
+        m.save(path)
+    monkeypatch.undo()
+    assert ei.value.reason == reason
+    assert str(path) in str(ei.value)
+    assert _temp_files(tmp_path, "m.stsnap") == []
+    assert path.read_bytes() == old
+    assert load_snapshot(path).version == 5
+    # And a later save succeeds and replaces it.
+    m.save(path)
+    assert load_snapshot(path).version == 6
