@@ -9,13 +9,22 @@ from numba import njit
 
 @njit(cache=True, nogil=True, fastmath=False)
 def digamma(x: float) -> float:
-    """psi(x) for x > 0: recurrence up to x >= 6, then the asymptotic series (error < 1e-12)."""
-    r = 0.0
-    while x < 6.0:
-        r -= 1.0 / x
-        x += 1.0
+    """psi(x) for x > 0: shift to x >= 6, then the asymptotic series (error < 1e-12 max(1, |psi|))."""
+    if x < 6.0:
+        # psi(x) = psi(x + 6) - sum_{i<6} 1/(x + i); the sum is Q'(x)/Q(x) for Q = prod (x + i),
+        # one division instead of six (this runs ~10^6 times per minibatch).
+        q = 1.0
+        dq = 0.0
+        for i in range(6):
+            dq = dq * (x + i) + q
+            q = q * (x + i)
+        r = -dq / q
+        x += 6.0
+    else:
+        r = 0.0
     f = 1.0 / (x * x)
-    t = f * (-1.0 / 12 + f * (1.0 / 120 + f * (-1.0 / 252 + f * (1.0 / 240 + f * (-1.0 / 132)))))
+    t = f * (-1.0 / 12 + f * (1.0 / 120 + f * (-1.0 / 252 + f * (1.0 / 240 + f * (-1.0 / 132
+             + f * (691.0 / 32760 + f * (-1.0 / 12)))))))
     return r + math.log(x) - 0.5 / x + t
 
 
@@ -37,9 +46,52 @@ def select_top(vals: np.ndarray, idx: np.ndarray, n: int, L: int) -> None:
     if L >= n:
         return
     if 4 * L <= n:
-        _scan_top(vals, idx, n, L)
-    else:
-        _quickselect_top(vals, idx, n, L)
+        n = _block_prefilter(vals, idx, n, L)
+        if L >= n:
+            return
+        if 4 * L <= n:
+            _scan_top(vals, idx, n, L)
+            return
+    _quickselect_top(vals, idx, n, L)
+
+
+@njit(cache=True, nogil=True)
+def _block_prefilter(vals, idx, n, L):
+    """Keep only values that can be in the top L; returns how many were kept (>= L).
+
+    Split into about 2L blocks: their maxima are distinct elements, so the L-th largest
+    block maximum tau is <= the L-th largest value.  Block maxima are branch-free and
+    the keep test ``v >= tau`` is almost always false, so both passes run at streaming
+    speed; typically only a little more than L values survive.
+    """
+    nb = 2 * L
+    bs = (n + nb - 1) // nb
+    nb = (n + bs - 1) // bs
+    bmax = np.empty(nb)
+    for b in range(nb):
+        lo = b * bs
+        hi = min(n, lo + bs)
+        m = vals[lo]
+        for i in range(lo + 1, hi):
+            m = max(m, vals[i])
+        bmax[b] = m
+    # tau = L-th largest of the block maxima (nb <= 2L + 1 values: insertion is cheap).
+    for i in range(1, nb):
+        x = bmax[i]
+        j = i
+        while j > 0 and bmax[j - 1] < x:
+            bmax[j] = bmax[j - 1]
+            j -= 1
+        bmax[j] = x
+    tau = bmax[L - 1] if L <= nb else -np.inf
+    c = 0
+    for i in range(n):
+        v = vals[i]
+        if v >= tau:
+            vals[c] = v
+            idx[c] = idx[i]
+            c += 1
+    return c
 
 
 @njit(cache=True, nogil=True)

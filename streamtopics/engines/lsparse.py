@@ -29,14 +29,19 @@ from ..summary import LocalResult, Summary, summarize_sparse
 
 
 @njit(cache=True, nogil=True)
-def _resp_pass(C, loc, cnt, s, e, L, P, N, Nold, sel, in_sel, n_sel, select, eps,
-               top_idx, top_r, top_n, vals, idxbuf, w):
-    """One sweep over a document's word types; returns (n_sel, max |delta N|)."""
+def _resp_pass(C, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
+               top_idx, top_r, top_e, top_n, vals, idxbuf, w):
+    """One sweep over a document's word types; returns (n_sel, max |delta N|).
+
+    Between selections a token's winners are fixed, so r_ul is proportional to
+    exp(C_uk) exp(P_k): with e_ul = exp(C_uk - max_l C_ul) stored at selection time and
+    eP_k = exp(P_k - max P) computed once per topic, re-weighting needs no exp at all.
+    """
     for a in range(n_sel):
         k = sel[a]
         Nold[k] = N[k]
         N[k] = 0.0
-    if select:
+    if select > 0:
         # Candidates are the active topics; pruned ones never come back (App. D.3).
         m = 0
         for a in range(n_sel):
@@ -50,10 +55,18 @@ def _resp_pass(C, loc, cnt, s, e, L, P, N, Nold, sel, in_sel, n_sel, select, eps
     want = L if n_sel > L else n_sel
     for j in range(s, e):
         u = loc[j]
-        if select:
+        pick = select == 1
+        if select == 2:
+            # Restart proposal: only tokens that lost one of their winners choose again.
+            for l in range(top_n[j]):
+                if not in_sel[top_idx[j, l]]:
+                    pick = True
+                    break
+        if pick:
             # Exact top-L with a warm threshold: the token's previous winners, re-weighted,
             # bound the L-th best weight from below, so only values >= tau can win.
             tau = np.inf
+            vmax = -np.inf
             valid = 0
             for l in range(top_n[j]):
                 k = top_idx[j, l]
@@ -61,9 +74,17 @@ def _resp_pass(C, loc, cnt, s, e, L, P, N, Nold, sel, in_sel, n_sel, select, eps
                     v = C[u, k] + P[k]
                     if v < tau:
                         tau = v
+                    if v > vmax:
+                        vmax = v
                     valid += 1
             if valid < want:
                 tau = -np.inf
+            if want < n_sel:
+                # A candidate 36 nats below the best has r < 2.3e-16 r_max: it cannot change
+                # N_dk in float64, so leaving it out keeps the result and the selection small.
+                floor = vmax - 36.0
+                if floor > tau:
+                    tau = floor
             n = 0
             for a in range(n_sel):
                 k = sel[a]
@@ -72,15 +93,37 @@ def _resp_pass(C, loc, cnt, s, e, L, P, N, Nold, sel, in_sel, n_sel, select, eps
                     vals[n] = v
                     idxbuf[n] = k
                     n += 1
-            select_top(vals, idxbuf, n, want)
-            m = want
+            if n < want:  # the floor left fewer than L; the rest were negligible anyway
+                m = n
+            else:
+                select_top(vals, idxbuf, n, want)
+                m = want
+            cmx = -np.inf
             for l in range(m):
-                top_idx[j, l] = idxbuf[l]
+                k = idxbuf[l]
+                top_idx[j, l] = k
                 w[l] = vals[l]
+                if C[u, k] > cmx:
+                    cmx = C[u, k]
+            for l in range(m):
+                top_e[j, l] = math.exp(C[u, idxbuf[l]] - cmx)
             top_n[j] = m
         else:
             m = top_n[j]
+            z = 0.0
             for l in range(m):
+                q = top_e[j, l] * eP[top_idx[j, l]]
+                top_r[j, l] = q
+                z += q
+            if z > 0.0:
+                inv = 1.0 / z
+                c = cnt[j]
+                for l in range(m):
+                    r = top_r[j, l] * inv
+                    top_r[j, l] = r
+                    N[top_idx[j, l]] += c * r
+                continue
+            for l in range(m):  # underflow: fall back to the log domain
                 k = top_idx[j, l]
                 w[l] = C[u, k] + P[k]
         mx = w[0]
@@ -121,26 +164,27 @@ def _word_top(C, L):
             vals[k] = C[u, k]
             buf[k] = k
         select_top(vals, buf, K, L)
+        mx = vals[0]
+        for l in range(1, L):
+            if vals[l] > mx:
+                mx = vals[l]
         for l in range(L):
             idx[u, l] = buf[l]
-            val[u, l] = vals[l]
+            val[u, l] = math.exp(vals[l] - mx)  # unnormalised cold-start responsibility
     return idx, val
 
 
 @njit(cache=True, nogil=True)
-def _cold_start(loc, cnt, s, e, L, init_idx, init_val, N, sel, in_sel, top_idx, top_r, top_n):
+def _cold_start(loc, cnt, s, e, L, init_idx, init_val, N, sel, in_sel, top_idx, top_r, top_e, top_n):
     """First sweep of a document from the per-word top-L; returns the active-set size."""
     n_sel = 0
     for j in range(s, e):
         u = loc[j]
-        mx = init_val[u, 0]
-        for l in range(1, L):
-            if init_val[u, l] > mx:
-                mx = init_val[u, l]
         z = 0.0
         for l in range(L):
-            r = math.exp(init_val[u, l] - mx)
+            r = init_val[u, l]
             top_r[j, l] = r
+            top_e[j, l] = r
             top_idx[j, l] = init_idx[u, l]
             z += r
         top_n[j] = L
@@ -158,17 +202,30 @@ def _cold_start(loc, cnt, s, e, L, init_idx, init_val, N, sel, in_sel, top_idx, 
 
 
 @njit(cache=True, nogil=True)
-def _iterate(C, loc, cnt, s, e, alpha, L, P, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
-             top_idx, top_r, top_n, vals, idxbuf, w):
-    """Block coordinate ascent between r_d and theta_d (Alg. 2); returns (n_sel, iterations)."""
+def _iterate(C, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
+             top_idx, top_r, top_e, top_n, vals, idxbuf, w, proposal=False):
+    """Block coordinate ascent between r_d and theta_d (Alg. 2); returns (n_sel, iterations).
+
+    With ``proposal`` (restart proposals) the first sweep re-selects only the tokens that
+    lost a winner and later sweeps re-weight.
+    """
     it = 0
     for it in range(first_iter, max_iter + 1):
+        pmx = -np.inf
         for a in range(n_sel):
             k = sel[a]
-            P[k] = digamma(N[k] + alpha)
-        select = it <= 5 or it % 10 == 0
-        n_sel, delta = _resp_pass(C, loc, cnt, s, e, L, P, N, Nold, sel, in_sel, n_sel, select, eps,
-                                  top_idx, top_r, top_n, vals, idxbuf, w)
+            P[k] = digamma(N[k] + alpha)  # E[log pi_dk] up to a constant (Eq. 10)
+            if P[k] > pmx:
+                pmx = P[k]
+        for a in range(n_sel):
+            k = sel[a]
+            eP[k] = math.exp(P[k] - pmx)
+        if proposal:
+            select = 2 if it == first_iter else 0
+        else:
+            select = 1 if (it <= 5 or it % 10 == 0) else 0
+        n_sel, delta = _resp_pass(C, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
+                                  top_idx, top_r, top_e, top_n, vals, idxbuf, w)
         if delta < tol:
             break
     return n_sel, it
@@ -214,6 +271,7 @@ def lsparse_batch(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_tr
     doc_topic = np.zeros((D, K))
     top_idx = np.zeros((nnz, Lc), dtype=np.int32)
     top_r = np.zeros((nnz, Lc))
+    top_e = np.zeros((nnz, Lc))
     top_n = np.zeros(nnz, dtype=np.int32)
     iters = np.zeros(D, dtype=np.int32)
     n_active = np.zeros(D, dtype=np.int32)
@@ -221,6 +279,7 @@ def lsparse_batch(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_tr
     ent = np.zeros(D)
     alloc = np.zeros(D)
     P = np.zeros(K)
+    eP = np.zeros(K)
     Nold = np.zeros(K)
     sel = np.empty(K, dtype=np.int32)
     in_sel = np.zeros(K, dtype=np.uint8)
@@ -234,6 +293,7 @@ def lsparse_batch(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_tr
             max_u = doc_ptr[d + 1] - doc_ptr[d]
     bk_idx = np.empty((max_u, Lc), dtype=np.int32)
     bk_r = np.empty((max_u, Lc))
+    bk_e = np.empty((max_u, Lc))
     bk_n = np.empty(max_u, dtype=np.int32)
     bk_N = np.empty(K)
     bk_sel = np.empty(K, dtype=np.int32)
@@ -247,13 +307,13 @@ def lsparse_batch(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_tr
             continue
         N = doc_topic[d]
         # Cold start: uniform document prior, the topic-word weights alone pick the top L.
-        n_sel = _cold_start(loc, cnt, s, e, Lc, init_idx, init_val, N, sel, in_sel, top_idx, top_r, top_n)
-        n_sel, it = _iterate(C, loc, cnt, s, e, alpha, Lc, P, N, Nold, sel, in_sel, n_sel, 1, max_iter, tol, eps,
-                             top_idx, top_r, top_n, vals, idxbuf, w)
+        n_sel = _cold_start(loc, cnt, s, e, Lc, init_idx, init_val, N, sel, in_sel, top_idx, top_r, top_e, top_n)
+        n_sel, it = _iterate(C, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter, tol,
+                             eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w)
         iters[d] = it
         dt, et, at = _doc_terms(C, loc, cnt, s, e, alpha, K, N, sel, n_sel, top_idx, top_r, top_n)
         best = dt + et + at
-        if restart_trials > 0 and n_sel > 1:
+        if restart_trials > 0 and restart_iters > 0 and n_sel > 1:
             # Try removing the smallest active topics first (they are the likeliest to be spurious).
             m = 0
             for a in range(n_sel):
@@ -279,15 +339,19 @@ def lsparse_batch(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_tr
                     for l in range(Lc):
                         bk_idx[q, l] = top_idx[s + q, l]
                         bk_r[q, l] = top_r[s + q, l]
+                        bk_e[q, l] = top_e[s + q, l]
                 bk_nsel = n_sel
                 for a in range(n_sel):
                     bk_sel[a] = sel[a]
                     bk_N[sel[a]] = N[sel[a]]
                 # Proposal: all of topic j's mass forced to zero, then a few iterations forward.
                 N[j] = 0.0
-                n_sel2, _ = _iterate(C, loc, cnt, s, e, alpha, Lc, P, N, Nold, sel, in_sel, n_sel, 1,
-                                     restart_iters, tol, eps, top_idx, top_r, top_n, vals, idxbuf, w)
-                d2, e2, a2 = _doc_terms(C, loc, cnt, s, e, alpha, K, N, sel, n_sel2, top_idx, top_r, top_n)
+                n_sel2, _ = _iterate(C, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1,
+                                     restart_iters, tol, eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w, True)
+                if abs(N[j] - bk_N[j]) < 1e-5:
+                    d2 = e2 = a2 = -np.inf  # the topic grew straight back: same optimum, skip the objective
+                else:
+                    d2, e2, a2 = _doc_terms(C, loc, cnt, s, e, alpha, K, N, sel, n_sel2, top_idx, top_r, top_n)
                 if d2 + e2 + a2 > best + 1e-9:
                     accepted += 1
                     best = d2 + e2 + a2
@@ -307,6 +371,7 @@ def lsparse_batch(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_tr
                         for l in range(Lc):
                             top_idx[s + q, l] = bk_idx[q, l]
                             top_r[s + q, l] = bk_r[q, l]
+                            top_e[s + q, l] = bk_e[q, l]
         data[d] = dt
         ent[d] = et
         alloc[d] = at
@@ -365,7 +430,7 @@ class LSparseEngine:
     max_iter: int = 100
     tol: float = 0.05
     active_eps: float = 0.01
-    restart_trials: int = 4
+    restart_trials: int = 2
     restart_iters: int = 2
     name: str = "lsparse"
 
