@@ -6,7 +6,7 @@ batch-local numbering (``uniq``/``local``) so kernels can work on a dense
 """
 from __future__ import annotations
 
-from collections import Counter
+from itertools import chain
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,9 +30,7 @@ class Batch:
         return self.doc_ptr.shape[0] - 1
 
     def doc_lengths(self) -> np.ndarray:
-        return np.add.reduceat(self.counts, self.doc_ptr[:-1]) if self.counts.size else np.zeros(self.n_docs)
-
-    def doc_lengths_safe(self) -> np.ndarray:
+        """Tokens per document (0 for empty documents)."""
         out = np.zeros(self.n_docs)
         nz = np.diff(self.doc_ptr) > 0
         if nz.any():
@@ -41,42 +39,39 @@ class Batch:
 
 
 def build_batch(token_lists: list[list[str]], vocab: Vocabulary, grow: bool = True) -> Batch:
-    """Count tokens per document and map words to ids (growing ``vocab`` when ``grow``)."""
-    counters = [Counter(toks) for toks in token_lists]
-    position: dict[str, int] = {}
-    for c in counters:
-        for w in c:
-            if w not in position:
-                position[w] = len(position)
+    """Count tokens per document and map words to ids (growing ``vocab`` when ``grow``).
+
+    One dict pass finds the batch's distinct words; everything after is numpy: the
+    (document, word) pairs are counted with one sort of integer keys.
+    """
+    D = len(token_lists)
+    lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=D)
+    flat = list(chain.from_iterable(token_lists))
+    position = {w: i for i, w in enumerate(dict.fromkeys(flat))}
     words = list(position)
-    flat_pos: list[int] = []
-    flat_cnt: list[int] = []
-    lengths = np.empty(len(counters), dtype=np.int64)
-    for d, c in enumerate(counters):
-        flat_pos.extend(map(position.__getitem__, c))
-        flat_cnt.extend(c.values())
-        lengths[d] = len(c)
-    pos = np.asarray(flat_pos, dtype=np.int64)
-    cnt = np.asarray(flat_cnt, dtype=np.float64)
+    W = max(len(words), 1)
+    pos = np.fromiter(map(position.__getitem__, flat), dtype=np.int64, count=len(flat))
+    doc_of = np.repeat(np.arange(D, dtype=np.int64), lengths)
+    keys, cnt = np.unique(doc_of * W + pos, return_counts=True)
+    doc_of, pos, cnt = keys // W, keys % W, cnt.astype(np.float64)
     if grow:
-        totals = np.bincount(pos, weights=cnt, minlength=len(words)) if pos.size else np.zeros(len(words))
+        totals = np.bincount(pos, weights=cnt, minlength=len(words))
         ids, evicted = vocab.add_batch(words, totals)
     else:
         ids, evicted = vocab.ids(words), np.empty(0, np.int64)
 
     keep_word = ids >= 0
-    keep = keep_word[pos] if pos.size else np.zeros(0, bool)
-    dropped = int(cnt[~keep].sum()) if pos.size else 0
-    doc_of = np.repeat(np.arange(len(counters)), lengths)
+    keep = keep_word[pos]
+    dropped = int(cnt[~keep].sum())
     if not keep.all():
         pos, cnt, doc_of = pos[keep], cnt[keep], doc_of[keep]
     # Compact batch-local numbering over the words that survived.
     compact = np.cumsum(keep_word) - 1
     uniq = ids[keep_word].astype(np.int64)
     local = compact[pos].astype(np.int32)
-    doc_ptr = np.zeros(len(counters) + 1, dtype=np.int64)
+    doc_ptr = np.zeros(D + 1, dtype=np.int64)
     if doc_of.size:
-        np.cumsum(np.bincount(doc_of, minlength=len(counters)), out=doc_ptr[1:])
+        np.cumsum(np.bincount(doc_of, minlength=D), out=doc_ptr[1:])
     return Batch(
         doc_ptr=doc_ptr,
         word_ids=uniq[local] if local.size else np.empty(0, np.int64),

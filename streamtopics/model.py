@@ -62,7 +62,7 @@ class TopicModel:
                  delay: float = 1.0, forgetting_rate: float = 0.6, rho_min: float = 0.0,
                  corpus_size: int | None = None, memo_window: int | None = None,
                  max_iter: int = 100, tol: float = 0.05, active_eps: float = 0.01, restarts: bool = True,
-                 restart_trials: int = 4, restart_iters: int = 2,
+                 restart_trials: int = 2, restart_iters: int = 2,
                  vocab_cap: int | None = None, vocab_policy: str = "ignore", vocab_decay: float = 0.999,
                  min_word_len: int = 2, max_word_len: int = 30, stopwords="english", init: str = "kmeans++",
                  init_smoothing: float = 1.0):
@@ -123,6 +123,23 @@ class TopicModel:
         need(self.tol > 0, f"tol must be > 0 (got {self.tol!r})")
         need(self.active_eps >= 0, f"active_eps must be >= 0 (got {self.active_eps!r})")
         need(self.init in INITS, f"init must be one of {INITS} (got {self.init!r})")
+        need(self.init_smoothing >= 0, f"init_smoothing must be >= 0 (got {self.init_smoothing!r})")
+        need(self.delay >= 0, f"delay must be >= 0 (got {self.delay!r})")
+        need(0.5 < self.forgetting_rate <= 1.0, f"forgetting_rate must be in (0.5, 1] (got {self.forgetting_rate!r})")
+        need(0.0 <= self.rho_min < 1.0, f"rho_min must be in [0, 1) (got {self.rho_min!r})")
+        need(self.corpus_size is None or self.corpus_size >= 1,
+             f"corpus_size must be None or >= 1 (got {self.corpus_size!r})")
+        need(self.memo_window is None or self.memo_window >= 1,
+             f"memo_window must be None or >= 1 batches (got {self.memo_window!r})")
+        need(self.restart_trials >= 0, f"restart_trials must be >= 0 (got {self.restart_trials!r})")
+        need(self.restart_iters >= 1, f"restart_iters must be >= 1 (got {self.restart_iters!r})")
+        need(self.vocab_cap is None or self.vocab_cap >= 1, f"vocab_cap must be None or >= 1 (got {self.vocab_cap!r})")
+        need(self.vocab_policy in Vocabulary.POLICIES,
+             f"vocab_policy must be one of {Vocabulary.POLICIES} (got {self.vocab_policy!r})")
+        need(0.0 < self.vocab_decay <= 1.0, f"vocab_decay must be in (0, 1] (got {self.vocab_decay!r})")
+        need(self.min_word_len >= 1, f"min_word_len must be >= 1 (got {self.min_word_len!r})")
+        need(self.max_word_len >= self.min_word_len,
+             f"max_word_len must be >= min_word_len (got {self.max_word_len!r} < {self.min_word_len!r})")
 
     def _build(self) -> None:
         self.tokenizer = Tokenizer(self.min_word_len, self.max_word_len, self.stopwords)
@@ -150,7 +167,7 @@ class TopicModel:
             if isinstance(d, str):
                 out.append(self.tokenizer(d))
             elif isinstance(d, (list, tuple)):
-                if not all(isinstance(t, str) for t in d):
+                if not all(issubclass(t, str) for t in set(map(type, d))):
                     raise TypeError(f"document {i}: a token list must contain only str")
                 out.append(list(d))
             else:

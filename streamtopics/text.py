@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 
 import numpy as np
 
@@ -112,8 +113,7 @@ class Vocabulary:
 
     def ids(self, words: Sequence[str]) -> np.ndarray:
         """Ids of known words, -1 for unknown ones; never grows."""
-        get = self._index.get
-        return np.fromiter((get(w, -1) for w in words), dtype=np.int64, count=len(words))
+        return np.fromiter(map(self._index.get, words, repeat(-1)), dtype=np.int64, count=len(words))
 
     def add_batch(self, words: Sequence[str], counts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Map the distinct ``words`` of one minibatch to ids, growing the vocabulary.
@@ -123,8 +123,7 @@ class Vocabulary:
         ``evicted`` lists ids whose old word was evicted and which now belong to a new
         word (the caller must reset their statistics to the prior).
         """
-        index = self._index
-        ids = np.fromiter((index.get(w, -1) for w in words), dtype=np.int64, count=len(words))
+        ids = self.ids(words)
         new_pos = np.flatnonzero(ids < 0)
         evicted = np.empty(0, dtype=np.int64)
         if new_pos.size:
@@ -138,10 +137,8 @@ class Vocabulary:
         if self.decay < 1.0:
             self._counts[: len(self._words)] *= self.decay
         known = ids >= 0
-        if counts is None:
-            np.add.at(self._counts, ids[known], 1.0)
-        else:
-            np.add.at(self._counts, ids[known], np.asarray(counts, dtype=np.float64)[known])
+        # ids of distinct words are distinct, so plain fancy-index addition is exact here.
+        self._counts[ids[known]] += 1.0 if counts is None else np.asarray(counts, dtype=np.float64)[known]
         return ids, evicted
 
     def _append(self, word: str) -> int:

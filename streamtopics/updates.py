@@ -2,7 +2,8 @@
 
 * ``StochasticUpdate`` (SVI, Hoffman et al.):
   lambda <- (1 - rho_t) lambda + rho_t (beta + (D/|B|) S_B),  rho_t = max(rho_min, (delay + t)^-kappa).
-  D is an effective corpus size; ``None`` means "documents seen so far", which for a
+  D is an effective corpus size; ``None`` means "documents seen so far, this batch
+  included", which for a
   finite stream read once grows to the true corpus size.  A positive ``rho_min`` keeps
   a never-ending stream adapting (forgetting old data geometrically).
 
@@ -51,7 +52,7 @@ class StochasticUpdate:
             return {"rho": 0.0}
         t = state.n_updates + 1
         rho = self.rho(t)
-        D = self.corpus_size if self.corpus_size is not None else max(state.docs_seen, summary.n_docs)
+        D = self.corpus_size if self.corpus_size is not None else state.docs_seen + summary.n_docs
         # lambda - beta <- (1-rho)(lambda - beta) + rho (D/|B|) S
         state.decay(1.0 - rho)
         if state.scale <= 0.0:  # rho == 1: everything before is forgotten
@@ -88,6 +89,10 @@ class MemoizedUpdate:
             raise ValueError("memoized updates need a stable batch key")
         if state.scale != 1.0:  # a state that came from a stochastic run
             state.fold_scale()
+        if not self.cache and state.n_updates == 0:
+            # The initial pseudo-counts only served the first local step: from here on
+            # lambda = beta + sum of cached summaries, exactly (bnpy does the same).
+            state.clear()
         old = self.cache.pop(key, None)
         accepted = True
         if old is not None:

@@ -185,11 +185,6 @@ def test_empty_documents_are_skipped():
     np.testing.assert_allclose(out["doc_topic"].sum(axis=1), doc_lengths(ptr2, cnt))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: lsparse_batch with restart_iters=0 (accepted by TopicModel, which does not validate it) "
-    "zeroes N[j] for a restart proposal, runs no iteration (_iterate's loop range(1, 0) is empty) and "
-    "then scores the inconsistent state: the alloc term gains -(lgamma(N_j+alpha)-lgamma(alpha)) > 0, "
-    "so the bogus proposal is accepted and doc-topic counts no longer sum to the document length"))
 def test_restart_iters_zero_keeps_invariants():
     C, ptr, loc, cnt = random_problem(43, 12)
     out = run(C, ptr, loc, cnt, L=3, trials=4, iters=0)

@@ -211,9 +211,6 @@ MISNAMED = [
 
 
 @pytest.mark.parametrize("name,value,extra,what", MISNAMED, ids=[m[0] for m in MISNAMED])
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (minor): these TopicModel arguments are validated by Vocabulary/Tokenizer/MemoizedUpdate, whose "
-    "messages use their own names, not the TopicModel keyword the caller passed"))
 def test_invalid_parameter_named_by_its_keyword(name, value, extra, what):
     with pytest.raises(ValueError, match=name):
         TopicModel(**{name: value}, **extra)
@@ -233,10 +230,6 @@ UNCHECKED = [
 
 
 @pytest.mark.parametrize("name,value,extra", UNCHECKED, ids=[f"{n}={v!r}" for n, v, _ in UNCHECKED])
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: TopicModel._validate does not check restart_iters >= 1 (0 corrupts the local step, see "
-    "test_core_lsparse), restart_trials >= 0, init_smoothing >= 0 (fails later inside rng.gamma), and "
-    "the stochastic/memoized options are validated only for the update actually selected"))
 def test_unchecked_parameters_are_rejected(name, value, extra):
     with pytest.raises(ValueError, match=name):
         TopicModel(**{name: value}, **extra)
