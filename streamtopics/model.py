@@ -59,7 +59,7 @@ class TopicModel:
 
     def __init__(self, n_topics: int = 100, engine: str = "lsparse", sparsity: int = 8,
                  update: str = "stochastic", alpha: float = 0.1, beta: float = 0.01, seed: int = 0, *,
-                 delay: float = 1.0, forgetting_rate: float = 0.6, rho_min: float = 0.0,
+                 delay: float = 10.0, forgetting_rate: float = 0.7, rho_min: float = 0.0,
                  corpus_size: int | None = None, memo_window: int | None = None,
                  max_iter: int = 100, tol: float = 0.05, active_eps: float = 0.01, restarts: bool = True,
                  restart_trials: int = 2, restart_iters: int = 2,

@@ -70,7 +70,7 @@ def test_no_file_means_defaults():
     assert cfg.kafka.bootstrap_servers == "127.0.0.1:9092"
     assert cfg.kafka.compression_type == "zstd" and cfg.kafka.enable_idempotence is False
     assert cfg.topics.input == "documents" and cfg.topics.snapshots == ""
-    assert cfg.model.engine == "lsparse" and cfg.model.n_topics == 100 and cfg.model.forgetting_rate == 0.6
+    assert cfg.model.engine == "lsparse" and cfg.model.n_topics == 100 and cfg.model.forgetting_rate == 0.7
     assert cfg.batch.max_docs == 256 and cfg.snapshot.dir == "var/snapshots"
     assert cfg.metrics.port == 9464 and cfg.logging.level == "INFO"
 
