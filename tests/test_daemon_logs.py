@@ -1,0 +1,65 @@
+"""Structured logs: one JSON object per line with ts, level, logger, msg and the extra fields."""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+
+import numpy as np
+import pytest
+
+from streamtopics.logs import setup_logging
+
+
+@pytest.fixture(autouse=True)
+def _restore_levels():
+    root, kafka = logging.getLogger(), logging.getLogger("kafka")
+    levels = root.level, kafka.level
+    yield
+    root.setLevel(levels[0])
+    kafka.setLevel(levels[1])
+
+
+def _emit(fmt: str, fn) -> str:
+    buf = io.StringIO()
+    handler = setup_logging("DEBUG", fmt, stream=buf)
+    try:
+        fn(logging.getLogger("streamtopics.test"))
+    finally:
+        logging.getLogger().removeHandler(handler)
+    return buf.getvalue()
+
+
+def test_json_lines_carry_fields_and_survive_odd_values():
+    def emit(log):
+        log.info("batch processed", extra={"docs": np.int64(256), "rate": np.float32(1.5),
+                                           "offsets": {"docs:0": 512}, "nan": float("nan"), "tags": {"a"}})
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            log.exception("it failed", extra={"partition": 3})
+
+    lines = _emit("json", emit).splitlines()
+    assert len(lines) == 2
+    first, second = map(json.loads, lines)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", first["ts"])
+    assert (first["level"], first["logger"], first["msg"]) == ("INFO", "streamtopics.test", "batch processed")
+    assert first["docs"] == 256 and first["rate"] == 1.5 and first["offsets"] == {"docs:0": 512}
+    assert first["nan"] == "nan" and first["tags"] == ["a"]
+    assert second["level"] == "ERROR" and second["partition"] == 3
+    assert second["exc_type"] == "ValueError" and "boom" in second["traceback"]
+
+
+def test_text_format_and_setup_is_idempotent():
+    out = _emit("text", lambda log: log.warning("broker unreachable", extra={"bootstrap": "h:1"}))
+    assert "WARNING" in out and "streamtopics.test: broker unreachable" in out and 'bootstrap="h:1"' in out
+    buf1, buf2 = io.StringIO(), io.StringIO()
+    setup_logging("INFO", "json", stream=buf1)
+    h = setup_logging("INFO", "json", stream=buf2)  # replaces the first handler
+    try:
+        logging.getLogger("streamtopics.test").info("once")
+    finally:
+        logging.getLogger().removeHandler(h)
+    assert buf1.getvalue() == "" and json.loads(buf2.getvalue())["msg"] == "once"
+    assert logging.getLogger("kafka").level >= logging.WARNING
