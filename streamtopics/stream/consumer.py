@@ -1,0 +1,391 @@
+"""Deterministic minibatches from a Kafka consumer group.
+
+``BatchingConsumer.next_batch()`` returns a ``RecordBatch``: consecutive records
+of **one** partition, taken from the head of that partition's buffer:
+
+    a batch closes at the first record where it holds ``max_docs`` documents
+    or ``max_docs`` records (array messages carry several documents);
+
+so, when the records are already in the topic, a batch depends only on the
+offset it starts from — a restarted daemon that seeks to a batch boundary sees
+the same batches as a run that was never interrupted. A batch that cannot fill
+up (the end of the data so far) is returned once its first record has waited
+``max_wait_ms``.
+
+The daemon owns the offsets: on every assignment (``ConsumerRebalanceListener``)
+each partition is sought to ``start_offset(tp)`` — the offset saved with the
+model — or, when that is None, left to the group's committed offset (else
+earliest). Records below the expected next offset (stale fetches after a seek)
+are dropped; a high watermark *below* the expected offset means the log was
+recreated or truncated (tansu loses everything on restart; Kafka topics can be
+deleted and recreated): the partition is rewound to its beginning and
+``on_reset`` tells the daemon.
+
+Buffers are bounded: a partition holding ``4 * max_docs`` unprocessed records is
+paused until the daemon has taken some. Kafka errors never escape: they are
+logged, polling backs off, and after repeated failures the KafkaConsumer is
+rebuilt.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.structs import OffsetAndMetadata
+
+__all__ = ["BatchingConsumer", "RecordBatch"]
+
+log = logging.getLogger(__name__)
+
+_RECREATE_AFTER = 5  # consecutive poll failures before the client is rebuilt
+
+
+@dataclass(slots=True)
+class _Entry:
+    record: Any
+    arrived: float  # monotonic time the record entered the buffer
+    decoded: Any = None
+    n_docs: int = -1
+    decode_s: float = 0.0
+
+
+@dataclass
+class RecordBatch:
+    """Consecutive records of one partition, with their decoded contents."""
+
+    topic: str
+    partition: int
+    records: list[Any]
+    decoded: list[Any]
+    complete: bool  # closed by the size rule (False: closed by max_wait)
+    decode_seconds: float = 0.0
+    waited_seconds: float = 0.0
+
+    @property
+    def first_offset(self) -> int:
+        return self.records[0].offset
+
+    @property
+    def next_offset(self) -> int:
+        return self.records[-1].offset + 1
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass
+class _Partition:
+    buffer: deque = field(default_factory=deque)
+    expected: int | None = None  # offset of the next record to accept
+    paused: bool = False
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, owner: BatchingConsumer) -> None:
+        self.owner = owner
+
+    def on_partitions_revoked(self, revoked):
+        self.owner._on_revoked(revoked, lost=False)
+
+    def on_partitions_lost(self, lost):
+        self.owner._on_revoked(lost, lost=True)
+
+    def on_partitions_assigned(self, assigned):
+        self.owner._on_assigned(assigned)
+
+
+class BatchingConsumer:
+    """A KafkaConsumer in a group, with per-partition buffers cut into deterministic batches.
+
+    ``decode(record) -> (decoded, n_docs)`` is applied once per record (lazily,
+    when batches are formed); the time it takes is reported per batch.
+    Callbacks: ``start_offset(tp) -> int | None`` (where to seek on assignment),
+    ``on_assigned(tps)``, ``on_revoked(tps)``, ``on_reset(tp, expected, highwater)``.
+    """
+
+    def __init__(
+        self,
+        consumer_kwargs: dict[str, Any],
+        topic: str,
+        *,
+        max_docs: int,
+        max_wait_ms: int,
+        decode: Callable[[Any], tuple[Any, int]],
+        start_offset: Callable[[TopicPartition], int | None] = lambda tp: None,
+        on_assigned: Callable[[list[TopicPartition]], None] = lambda tps: None,
+        on_revoked: Callable[[list[TopicPartition]], None] = lambda tps: None,
+        on_reset: Callable[[TopicPartition, int, int], None] = lambda tp, expected, hw: None,
+        factory: Callable[..., Any] = KafkaConsumer,
+    ) -> None:
+        self._kwargs = dict(consumer_kwargs)
+        self.topic = topic
+        self.max_docs = max(1, int(max_docs))
+        self.max_wait_s = max(0, int(max_wait_ms)) / 1000.0
+        self.pause_at = 4 * self.max_docs
+        self._decode = decode
+        self._start_offset = start_offset
+        self._on_assigned_cb = on_assigned
+        self._on_revoked_cb = on_revoked
+        self._on_reset_cb = on_reset
+        self._factory = factory
+        self._consumer: Any = None
+        self._parts: dict[TopicPartition, _Partition] = {}
+        self._lock = threading.RLock()  # listener callbacks run on kafka-python's IO thread
+        self._failures = 0
+        self.recreated = 0
+        self.last_error: str | None = None
+        self._seen_data = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Build the KafkaConsumer and subscribe (the group join happens in the first polls)."""
+        if self._consumer is None:
+            self._consumer = self._factory(**self._kwargs)
+            self._consumer.subscribe([self.topic], listener=_Listener(self))
+
+    def close(self) -> None:
+        c, self._consumer = self._consumer, None
+        if c is None:
+            return
+        try:
+            c.close(autocommit=False)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("closing the consumer failed", extra={"error": repr(exc)})
+        with self._lock:
+            self._parts.clear()
+
+    def _recreate(self, why: str) -> None:
+        log.warning("recreating Kafka consumer", extra={"reason": why})
+        self.recreated += 1
+        self.close()
+        self._failures = 0
+        self.start()
+
+    # -- rebalance callbacks (kafka-python's IO thread, while poll() runs) --------------
+
+    def _on_assigned(self, assigned) -> None:
+        tps = sorted(assigned)
+        with self._lock:
+            for tp in tps:
+                st = self._parts[tp] = _Partition()
+                off = None
+                try:
+                    off = self._start_offset(tp)
+                except Exception as exc:  # noqa: BLE001 - never break the group protocol
+                    log.exception("start_offset failed", extra={"partition": tp.partition, "error": repr(exc)})
+                if off is not None:
+                    self._consumer.seek(tp, int(off))
+                    st.expected = int(off)
+                log.info("partition assigned", extra={
+                    "topic": tp.topic, "partition": tp.partition,
+                    "start": off if off is not None else "committed offset, else earliest"})
+        self._on_assigned_cb(tps)
+
+    def _on_revoked(self, revoked, lost: bool) -> None:
+        tps = sorted(revoked)
+        with self._lock:
+            for tp in tps:
+                self._parts.pop(tp, None)
+                log.info("partition lost" if lost else "partition revoked",
+                         extra={"topic": tp.topic, "partition": tp.partition})
+        self._on_revoked_cb(tps)
+
+    # -- state -------------------------------------------------------------------------
+
+    def assignment(self) -> list[TopicPartition]:
+        with self._lock:
+            return sorted(self._parts)
+
+    def connected(self) -> bool:
+        """True when the client holds at least one live broker connection."""
+        c = self._consumer
+        if c is None:
+            return False
+        try:  # kafka-python 3 internals; absent in other versions -> assume connected
+            conns = c._client._manager._conns
+        except AttributeError:
+            return True
+        return any(getattr(conn, "connected", False) for conn in list(conns.values()))
+
+    def buffered(self) -> int:
+        with self._lock:
+            return sum(len(p.buffer) for p in self._parts.values())
+
+    def lag(self) -> dict[int, int]:
+        """Per assigned partition: high watermark minus the next unprocessed offset."""
+        out: dict[int, int] = {}
+        c = self._consumer
+        if c is None:
+            return out
+        with self._lock:
+            for tp, st in self._parts.items():
+                try:
+                    hw = c.highwater(tp)
+                except Exception:  # noqa: BLE001 - not assigned any more
+                    continue
+                nxt = st.buffer[0].record.offset if st.buffer else st.expected
+                if hw is not None and nxt is not None:
+                    out[tp.partition] = max(0, hw - nxt)
+        return out
+
+    def positions(self) -> dict[int, int | None]:
+        with self._lock:
+            return {tp.partition: (st.buffer[0].record.offset if st.buffer else st.expected)
+                    for tp, st in self._parts.items()}
+
+    # -- batches -----------------------------------------------------------------------
+
+    def next_batch(self, timeout_s: float, should_stop: Callable[[], bool] = lambda: False) -> RecordBatch | None:
+        """The next batch, or None after ``timeout_s`` without one (or when ``should_stop()``)."""
+        if self._consumer is None:
+            self.start()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            batch = self._take_ready(time.monotonic())
+            if batch is not None:
+                return batch
+            now = time.monotonic()
+            if should_stop() or now >= deadline:
+                return None
+            wait = deadline - now
+            oldest = self._oldest_arrival()
+            if oldest is not None:
+                wait = min(wait, max(0.0, oldest + self.max_wait_s - now))
+            self._poll(max(0.0, min(wait, 0.25)))
+
+    def _oldest_arrival(self) -> float | None:
+        with self._lock:
+            heads = [st.buffer[0].arrived for st in self._parts.values() if st.buffer]
+        return min(heads) if heads else None
+
+    def _poll(self, timeout_s: float) -> None:
+        c = self._consumer
+        try:
+            records = c.poll(timeout_ms=int(timeout_s * 1000), max_records=max(self.max_docs, 100))
+            self._failures = 0
+        except Exception as exc:  # noqa: BLE001 - Kafka errors never escape the loop
+            self._failures += 1
+            self.last_error = repr(exc)
+            log.warning("poll failed", extra={"error": repr(exc), "consecutive": self._failures})
+            time.sleep(min(5.0, 0.1 * 2 ** self._failures))
+            if self._failures >= _RECREATE_AFTER:
+                try:
+                    self._recreate(f"{self._failures} consecutive poll failures: {exc!r}")
+                except Exception as exc2:  # noqa: BLE001
+                    log.error("could not recreate the consumer", extra={"error": repr(exc2)})
+            return
+        now = time.monotonic()
+        with self._lock:
+            for tp, recs in records.items():
+                st = self._parts.get(tp)
+                if st is None:  # revoked while the fetch was in flight
+                    continue
+                for r in recs:
+                    if st.expected is not None and r.offset < st.expected:
+                        continue  # stale fetch from before a seek
+                    st.buffer.append(_Entry(r, now))
+                    st.expected = r.offset + 1
+                    self._seen_data = True
+            self._check_highwater(records)
+            self._pause_resume()
+
+    def _check_highwater(self, records: dict) -> None:
+        c = self._consumer
+        for tp, st in list(self._parts.items()):
+            if records.get(tp):
+                continue
+            try:
+                hw = c.highwater(tp)
+            except Exception:  # noqa: BLE001
+                continue
+            if hw is None or st.expected is None or hw >= st.expected:
+                continue
+            # The log is shorter than what we already read: it was recreated or truncated.
+            old = st.expected
+            log.warning("partition log is behind our offset: it was recreated or truncated; "
+                        "rewinding to its beginning", extra={
+                            "topic": tp.topic, "partition": tp.partition, "expected_offset": old,
+                            "highwater": hw})
+            st.buffer.clear()
+            st.expected = None
+            try:
+                c.seek_to_beginning(tp)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("seek_to_beginning failed", extra={"error": repr(exc)})
+            self._on_reset_cb(tp, old, hw)
+
+    def _pause_resume(self) -> None:
+        c = self._consumer
+        for tp, st in self._parts.items():
+            try:
+                if not st.paused and len(st.buffer) >= self.pause_at:
+                    c.pause(tp)
+                    st.paused = True
+                elif st.paused and len(st.buffer) < self.pause_at // 2:
+                    c.resume(tp)
+                    st.paused = False
+            except Exception as exc:  # noqa: BLE001
+                log.debug("pause/resume failed: %r", exc)
+
+    def _take_ready(self, now: float) -> RecordBatch | None:
+        with self._lock:
+            complete: list[tuple[float, TopicPartition, int, float]] = []
+            due: list[tuple[float, TopicPartition, int, float]] = []
+            for tp, st in self._parts.items():
+                if not st.buffer:
+                    continue
+                n, closed = self._scan(st)
+                head = st.buffer[0].arrived
+                if closed:
+                    complete.append((head, tp, n))
+                elif now - head >= self.max_wait_s:
+                    due.append((head, tp, n))
+            pick = min(complete or due, default=None, key=lambda x: (x[0], x[1]))
+            if pick is None:
+                return None
+            head, tp, n = pick
+            st = self._parts[tp]
+            entries = [st.buffer.popleft() for _ in range(n)]
+            self._pause_resume()
+        return RecordBatch(tp.topic, tp.partition, [e.record for e in entries], [e.decoded for e in entries],
+                           complete=bool(complete), decode_seconds=sum(e.decode_s for e in entries),
+                           waited_seconds=now - head)
+
+    def _scan(self, st: _Partition) -> tuple[int, bool]:
+        """How many head records form the next batch, and whether the size rule closed it."""
+        docs = 0
+        for i, e in enumerate(st.buffer):
+            if e.n_docs < 0:
+                t0 = time.perf_counter()
+                e.decoded, e.n_docs = self._decode(e.record)
+                e.decode_s = time.perf_counter() - t0
+            docs += e.n_docs
+            if docs >= self.max_docs or i + 1 >= self.max_docs:
+                return i + 1, True
+        return len(st.buffer), False
+
+    # -- offsets -----------------------------------------------------------------------
+
+    def commit(self, offsets: dict[TopicPartition, int], timeout_s: float = 10.0) -> bool:
+        """Commit ``{tp: next_offset}`` to the group. Advisory (the snapshot holds the truth): errors are logged."""
+        c = self._consumer
+        if c is None or not offsets:
+            return False
+        try:
+            c.commit({tp: OffsetAndMetadata(int(off), "", -1) for tp, off in offsets.items()},
+                     timeout_ms=int(timeout_s * 1000))
+            return True
+        except Exception as exc:  # noqa: BLE001
+            self.last_error = repr(exc)
+            log.warning("offset commit failed", extra={"error": repr(exc), "offsets": {
+                f"{tp.topic}:{tp.partition}": off for tp, off in offsets.items()}})
+            return False

@@ -1,0 +1,244 @@
+"""Publishing with acknowledgements: the daemon commits offsets only after ``publish`` returns.
+
+``Publisher.publish(messages)`` sends a batch's predictions and dead letters and
+blocks until the broker has acknowledged every one of them (``acks=all``):
+
+* **backpressure** — at most ``max_inflight`` messages are unacknowledged at any
+  time; past that, sending waits for acknowledgements;
+* **broker down** — a flush that times out marks the broker down (``healthy`` is
+  False) and is retried with capped exponential backoff; the messages already
+  handed to kafka-python stay in its buffer and are not sent twice;
+* **failed deliveries** (delivery timeout, retriable broker errors) are re-sent;
+  a non-retriable error, or a send that raises, closes the KafkaProducer and
+  builds a new one (a producer can be broken for good, e.g. tansu loses
+  producer state on restart) before re-sending;
+* a message that can never be delivered (larger than the broker or client
+  allows) is dropped with an error log rather than blocking the stream;
+* ``abort()`` returning True while messages are still unacknowledged raises
+  ``PublishAborted`` (shutdown while the broker is unreachable).
+
+Never raises a Kafka error to the caller. Predictions are delivered at least
+once: a re-send after an ambiguous failure can duplicate a message (downstream
+deduplicates by document id).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kafka import KafkaProducer
+from kafka import errors as kerrors
+
+__all__ = ["OutMessage", "PublishAborted", "Publisher"]
+
+log = logging.getLogger(__name__)
+
+# Errors that re-sending the same bytes cannot fix.
+_PERMANENT = (
+    kerrors.MessageSizeTooLargeError,
+    kerrors.RecordListTooLargeError,
+    kerrors.InvalidRecordError,
+)
+
+
+@dataclass(slots=True)
+class OutMessage:
+    topic: str
+    value: bytes
+    key: bytes | None = None
+
+
+class PublishAborted(Exception):
+    """Shutdown was requested while some messages were still unacknowledged."""
+
+    def __init__(self, unacked: int) -> None:
+        super().__init__(f"{unacked} messages unacknowledged at shutdown")
+        self.unacked = unacked
+
+
+class Publisher:
+    """A KafkaProducer that can be rebuilt, with bounded in-flight messages."""
+
+    def __init__(
+        self,
+        producer_kwargs: dict[str, Any],
+        *,
+        max_inflight: int = 10000,
+        flush_timeout_s: float = 5.0,
+        max_backoff_s: float = 5.0,
+        factory: Callable[..., Any] = KafkaProducer,
+    ) -> None:
+        self._kwargs = dict(producer_kwargs)
+        self.max_inflight = max(1, int(max_inflight))
+        self.flush_timeout_s = float(flush_timeout_s)
+        self.max_backoff_s = float(max_backoff_s)
+        self._factory = factory
+        self._producer: Any = None
+        self._lock = threading.Lock()
+        self._inflight = 0
+        self.healthy = True
+        self.recreated = 0
+        self.dropped = 0
+        self.last_error: str | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def _ensure(self) -> Any:
+        if self._producer is None:
+            self._producer = self._factory(**self._kwargs)
+        return self._producer
+
+    def connect(self) -> None:
+        """Build the KafkaProducer now (raises the client's error if it cannot bootstrap)."""
+        self._ensure()
+
+    def _recreate(self, why: str) -> None:
+        old, self._producer = self._producer, None
+        self.recreated += 1
+        log.warning("recreating Kafka producer", extra={"reason": why, "recreated": self.recreated})
+        if old is not None:
+            try:
+                old.close(timeout=0)
+            except Exception as exc:  # noqa: BLE001 - a broken producer may fail to close
+                log.debug("closing the old producer failed: %r", exc)
+        with self._lock:
+            self._inflight = 0  # its futures have failed or been abandoned
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        p, self._producer = self._producer, None
+        if p is None:
+            return
+        try:
+            p.flush(timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("final producer flush failed", extra={"error": repr(exc)})
+        try:
+            p.close(timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("closing the producer failed", extra={"error": repr(exc)})
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """Messages sent and not yet acknowledged (or failed)."""
+        return self._inflight
+
+    def _done(self, _value: Any = None) -> None:
+        with self._lock:
+            self._inflight = max(0, self._inflight - 1)
+
+    # -- sending -----------------------------------------------------------------------
+
+    def _send(self, msg: OutMessage) -> Any:
+        """Hand one message to kafka-python, waiting for room first (backpressure)."""
+        p = self._ensure()
+        if self._inflight >= self.max_inflight:
+            deadline = time.monotonic() + self.flush_timeout_s
+            p.flush(timeout=self.flush_timeout_s)  # raises KafkaTimeoutError when the broker is away
+            while self._inflight >= self.max_inflight and time.monotonic() < deadline:
+                time.sleep(0.001)  # callbacks run on the producer's IO thread
+        fut = p.send(msg.topic, value=msg.value, key=msg.key)
+        with self._lock:
+            self._inflight += 1
+        fut.add_both(self._done)
+        return fut
+
+    def send_nowait(self, msg: OutMessage) -> None:
+        """Fire and forget (e.g. snapshot announcements); failures are logged."""
+        try:
+            fut = self._send(msg)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not send message", extra={"topic": msg.topic, "error": repr(exc)})
+            return
+        fut.add_errback(lambda exc: log.warning(
+            "message not delivered", extra={"topic": msg.topic, "error": repr(exc)}))
+
+    def publish(self, messages: Sequence[OutMessage], abort: Callable[[], bool] = lambda: False) -> int:
+        """Send ``messages`` and block until every one is acknowledged (or permanently refused).
+
+        Returns the number of messages dropped as undeliverable. Raises
+        ``PublishAborted`` only when ``abort()`` is True while messages are unacknowledged.
+        """
+        todo = list(messages)
+        futures: list[tuple[OutMessage, Any]] = []
+        attempt = 0
+        dropped = 0
+        while todo or futures:
+            recreate: str | None = None
+            # 1. hand the messages to the client
+            while todo:
+                msg = todo[0]
+                try:
+                    futures.append((msg, self._send(msg)))
+                    todo.pop(0)
+                except _PERMANENT as exc:
+                    todo.pop(0)
+                    dropped += 1
+                    self._drop(msg, exc)
+                except kerrors.KafkaTimeoutError as exc:  # no metadata / full buffer: broker away
+                    self._mark_down(exc)
+                    break
+                except Exception as exc:  # noqa: BLE001 - closed or broken producer
+                    recreate = f"send failed: {exc!r}"
+                    break
+            # 2. wait for acknowledgements
+            if futures and recreate is None:
+                try:
+                    self._ensure().flush(timeout=self.flush_timeout_s)
+                except kerrors.KafkaTimeoutError as exc:
+                    self._mark_down(exc)
+                except Exception as exc:  # noqa: BLE001
+                    recreate = f"flush failed: {exc!r}"
+            # 3. sort out what happened
+            still: list[tuple[OutMessage, Any]] = []
+            for msg, fut in futures:
+                if not fut.is_done:
+                    still.append((msg, fut))
+                elif fut.failed():
+                    exc = fut.exception
+                    if isinstance(exc, _PERMANENT):
+                        dropped += 1
+                        self._drop(msg, exc)
+                        continue
+                    todo.append(msg)
+                    self.last_error = repr(exc)
+                    if not getattr(exc, "retriable", False):
+                        recreate = recreate or f"delivery failed: {exc!r}"
+            if recreate is not None:
+                # Anything not yet acknowledged goes again through the new producer.
+                todo = [m for m, _ in still] + todo
+                still = []
+                self._recreate(recreate)
+            futures = still
+            if not todo and not futures:
+                break
+            if abort():
+                raise PublishAborted(len(todo) + len(futures))
+            attempt += 1
+            if todo or recreate is not None:
+                delay = min(self.max_backoff_s, 0.05 * 2 ** min(attempt, 10))
+                log.warning("publishing is retrying", extra={
+                    "attempt": attempt, "unacked": len(todo) + len(futures), "backoff_s": round(delay, 3),
+                    "error": self.last_error})
+                time.sleep(delay)
+        self.dropped += dropped
+        if not self.healthy:
+            log.info("broker acknowledges again")
+        self.healthy = True
+        return dropped
+
+    def _mark_down(self, exc: BaseException) -> None:
+        self.last_error = repr(exc)
+        if self.healthy:
+            log.warning("broker not acknowledging", extra={"error": repr(exc)})
+        self.healthy = False
+
+    def _drop(self, msg: OutMessage, exc: BaseException) -> None:
+        log.error("message dropped: it can never be delivered", extra={
+            "topic": msg.topic, "bytes": len(msg.value), "key": (msg.key or b"")[:100].decode("utf-8", "replace"),
+            "error": repr(exc)})
