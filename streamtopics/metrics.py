@@ -30,6 +30,7 @@ streamtopics_snapshot_age_seconds              gauge      (computed at scrape)
 streamtopics_snapshot_duration_seconds         histogram
 streamtopics_snapshots_total                   counter
 streamtopics_snapshot_failures_total           counter    reason (SNAPSHOT_FAILURE_REASONS)
+streamtopics_snapshot_load_failures_total      counter
 streamtopics_dead_letters_total                counter    reason (codec's codes)
 streamtopics_vocabulary_size                   gauge
 streamtopics_model_version                     gauge
@@ -189,6 +190,10 @@ class Metrics:
         self.snapshot_failures = Counter("streamtopics_snapshot_failures_total",
                                          "Snapshot attempts that failed, by cause.",
                                          ["reason"], registry=r)
+        self.snapshot_load_failures = Counter(
+            "streamtopics_snapshot_load_failures_total",
+            "Snapshot files skipped at start-up because they were corrupt, truncated or unreadable.",
+            registry=r)
 
         # Input quality.
         self.dead_letters = Counter(
@@ -328,6 +333,7 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_snapshot_duration_seconds": "histogram",
     "streamtopics_snapshots_total": "counter",
     "streamtopics_snapshot_failures_total": "counter",
+    "streamtopics_snapshot_load_failures_total": "counter",
     "streamtopics_dead_letters_total": "counter",
     "streamtopics_vocabulary_size": "gauge",
     "streamtopics_model_version": "gauge",

@@ -1,0 +1,834 @@
+"""The daemon: Kafka minibatches in, predictions out, model and offsets saved together.
+
+One loop, one thread, per batch::
+
+    poll (one partition, up to batch.max_docs documents or batch.max_wait_ms)
+      -> decode and validate          (bad records -> dead-letter topic, with reason and source)
+      -> tokenize, prepare            (documents with no token left -> dead letter ``empty_document``)
+      -> local step with the current topics = the predictions (prequential), then the global update
+      -> publish predictions and dead letters, wait for every acknowledgement
+      -> commit the offsets to the group (advisory)
+      -> snapshot when due (every N batches / T seconds, and at shutdown)
+
+Exactly-once learning. The model in memory always travels with ``offsets``
+(``"topic:partition" -> next offset``): both change together right after a
+batch is learned, and every snapshot stores both in one atomic file. At start
+the newest *valid* snapshot is loaded (corrupt or truncated files are skipped
+with a warning and ``streamtopics_snapshot_load_failures_total``), and on every
+partition assignment each partition is sought to the model's offset (partitions
+the model never saw: the group's committed offset, else earliest). Records read
+again after a crash are therefore predicted again (same id; downstream
+deduplicates) but learned only by a model that had not learned them. Batches
+are cut deterministically from a partition's offsets and the memoized update is
+keyed by ``"topic:partition:first_offset"``, so a restarted daemon replays the
+very batches an uninterrupted one would have learned.
+
+A snapshot is written only when every prediction of the learned batches has
+been acknowledged (so a snapshot never claims documents whose predictions were
+lost). Disk errors are counted and logged; the daemon keeps running and keeps
+the previous snapshots.
+
+Kafka errors never end the loop: the broker being away shows as
+``streamtopics_broker_up 0`` and a failing ``/readyz``; polling and publishing
+retry with backoff, and clients are rebuilt after fatal errors.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+from kafka import TopicPartition
+
+from . import __version__
+from .config import Config, ConfigError, ModelConfig
+from .metrics import Metrics, MetricsServer
+from .model import TopicModel, load_snapshot
+from .snapshot import SnapshotWriteError, snapshot_name
+from .stream.codec import (
+    REASONS,
+    DeadLetter,
+    Document,
+    decode_message,
+    encode_dead_letter,
+    encode_document,
+    encode_prediction,
+    prediction_key,
+)
+from .stream.consumer import BatchingConsumer, RecordBatch
+from .stream.producer import OutMessage, PublishAborted, Publisher
+
+__all__ = ["Daemon", "SnapshotStore", "check_daemon_config", "model_from_config", "ensure_topics"]
+
+log = logging.getLogger(__name__)
+
+TOP_TOPICS = 10          # at most this many [topic, proportion] pairs per prediction ...
+MIN_TOPIC_PROB = 0.01    # ... each at least this large (the largest one is always kept)
+RATE_TAU_S = 10.0        # time constant of the docs/s and tokens/s moving averages
+PROGRESS_LOG_S = 30.0    # an INFO "progress" line this often
+_SNAPSHOT_RE = re.compile(r"^model-(\d{12,})-(\d{8}T\d{6}Z)\.stsnap$")
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def check_daemon_config(cfg: Config) -> list[str]:
+    """Settings the configuration schema accepts but this daemon cannot run yet."""
+    from .model import ENGINES
+
+    errs = []
+    if cfg.model.engine not in ENGINES:
+        errs.append(f'config error: model.engine = "{cfg.model.engine}" is not available in this version '
+                    f"(allowed: {', '.join(ENGINES)})")
+    if cfg.model.supervision != "none":
+        errs.append(f'config error: model.supervision = "{cfg.model.supervision}" is not available in this '
+                    'version (allowed: none; supervised topics come later)')
+    return errs
+
+
+def model_from_config(m: ModelConfig) -> TopicModel:
+    """A fresh TopicModel with the ``[model]`` settings."""
+    return TopicModel(
+        n_topics=m.n_topics, engine=m.engine, sparsity=m.sparsity, update=m.update,
+        alpha=m.alpha, beta=m.beta, seed=m.seed, delay=m.delay, forgetting_rate=m.forgetting_rate,
+        rho_min=m.rho_min, corpus_size=m.corpus_size or None, memo_window=m.memo_window,
+        max_iter=m.max_local_iters, tol=m.local_tol, restarts=m.restarts, vocab_cap=m.vocab_cap,
+        vocab_policy=m.vocab_policy, min_word_len=m.min_word_len, stopwords=m.stopwords)
+
+
+def _param_differences(model: TopicModel, m: ModelConfig) -> dict[str, tuple[Any, Any]]:
+    fresh = model_from_config(m).get_params()
+    have = model.get_params()
+    return {k: (have.get(k), v) for k, v in fresh.items() if have.get(k) != v}
+
+
+# --------------------------------------------------------------------------- topics
+
+
+def _reachable(bootstrap: str, timeout: float = 0.5) -> bool:
+    for item in filter(None, (s.strip() for s in bootstrap.split(","))):
+        host, _, port = item.rpartition(":") if item.count(":") == 1 or item.startswith("[") else (item, "", "9092")
+        host = host.strip("[]") or item
+        try:
+            with socket.create_connection((host, int(port or 9092)), timeout=timeout):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def ensure_topics(cfg: Config, timeout_s: float = 15.0) -> dict[str, int]:
+    """Create the daemon's topics when missing (before any client could auto-create them).
+
+    Returns the partition count of each topic. Raises on failure (the caller retries).
+    """
+    from kafka import KafkaAdminClient
+    from kafka import errors as kerrors
+
+    k, t = cfg.kafka, cfg.topics
+    wanted = {t.input: k.input_partitions, t.output: k.input_partitions, t.dead_letter: 1}
+    if t.snapshots:
+        wanted[t.snapshots] = 1
+    if not _reachable(k.bootstrap_servers):
+        # A KafkaAdminClient that cannot bootstrap leaves its IO thread behind.
+        raise ConnectionError(f"no broker reachable at {k.bootstrap_servers}")
+    ms = int(timeout_s * 1000)
+    admin = KafkaAdminClient(**k.admin_kwargs(), bootstrap_timeout_ms=ms)
+    try:
+        res = admin.create_topics(
+            {name: {"num_partitions": n, "replication_factor": k.replication_factor} for name, n in wanted.items()},
+            timeout_ms=ms, raise_errors=False)
+        for item in res["topics"]:
+            err = kerrors.for_code(item["error_code"])
+            if err not in (kerrors.NoError, kerrors.TopicAlreadyExistsError):
+                raise err(f"creating topic {item['name']!r}: {item.get('error_message')}")
+        counts: dict[str, int] = {}
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for d in admin.describe_topics(list(wanted)):
+                if d.get("error_code", 0) == 0 and d.get("partitions"):
+                    counts[d["name"]] = len(d["partitions"])
+            if len(counts) == len(wanted):
+                break
+            time.sleep(0.05)
+    finally:
+        admin.close()
+    for name, n in wanted.items():
+        if name in counts and counts[name] != n and name == t.input:
+            log.warning("input topic has another partition count than configured (it existed already)",
+                        extra={"topic": name, "partitions": counts[name], "configured": n})
+    return counts
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+class SnapshotStore:
+    """The snapshot directory: newest-valid loading, atomic writes, keep the last R."""
+
+    def __init__(self, directory: str | os.PathLike, keep: int, metrics: Metrics) -> None:
+        self.dir = Path(directory)
+        self.keep = max(1, int(keep))
+        self.metrics = metrics
+
+    def files(self) -> list[Path]:
+        """Snapshot files, newest first (by model version, then modification time)."""
+        try:
+            entries = list(self.dir.iterdir())
+        except FileNotFoundError:
+            return []
+        found = []
+        for p in entries:
+            m = _SNAPSHOT_RE.match(p.name)
+            if m is None:
+                continue
+            try:
+                mtime = p.stat().st_mtime_ns
+            except OSError:
+                continue
+            found.append((int(m.group(1)), mtime, p.name, p))
+        found.sort(reverse=True)
+        return [f[3] for f in found]
+
+    def load_newest(self, skip: set[str] | None = None) -> tuple[TopicModel, Path] | None:
+        """The newest snapshot that loads; corrupt ones are logged, counted and skipped."""
+        for path in self.files():
+            if skip is not None and path.name in skip:
+                continue
+            try:
+                model = load_snapshot(path)
+            except Exception as exc:  # noqa: BLE001 - SnapshotError, or a header from another program
+                self.metrics.snapshot_load_failures.inc()
+                log.warning("skipping unusable snapshot", extra={"path": str(path), "error": str(exc)})
+                if skip is not None:
+                    skip.add(path.name)
+                continue
+            return model, path
+        return None
+
+    def write(self, model: TopicModel, offsets: dict[str, int], extra: dict) -> tuple[Path, int]:
+        """Write atomically; raises SnapshotWriteError. Returns (path, bytes)."""
+        path = self.dir / snapshot_name(model.version)
+        nbytes = model.save(path, offsets=offsets, extra=extra)
+        return path, nbytes
+
+    def prune(self) -> list[Path]:
+        removed = []
+        for p in self.files()[self.keep:]:
+            try:
+                p.unlink()
+                removed.append(p)
+            except OSError as exc:
+                log.warning("could not delete an old snapshot", extra={"path": str(p), "error": str(exc)})
+        return removed
+
+    def clean_temp(self) -> None:
+        """Remove temp files left by a write that a crash interrupted."""
+        try:
+            for p in self.dir.glob(".model-*.stsnap.*.tmp"):
+                p.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+# --------------------------------------------------------------------------- the daemon
+
+
+@dataclass
+class _Decoded:
+    docs: list[Document]
+    dead: list[DeadLetter]
+    index: list[int | None]  # element index of each document inside an array message
+
+
+def _tp_key(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+class Daemon:
+    """The stream processor. ``run()`` blocks until ``stop()`` (or SIGTERM/SIGINT via ``install_signal_handlers``).
+
+    Parameters
+    ----------
+    cfg : a validated ``Config``.
+    metrics : a ``Metrics`` registry (default: a new one).
+    serve_metrics : start the HTTP endpoint (``cfg.metrics.host:port``; port 0 = any).
+    track_topics : topics whose top words ``status()`` keeps current (progress displays).
+    """
+
+    def __init__(self, cfg: Config, *, metrics: Metrics | None = None, serve_metrics: bool = True,
+                 track_topics: int = 0) -> None:
+        errs = check_daemon_config(cfg)
+        if errs:
+            raise ConfigError(errs)
+        self.cfg = cfg
+        self.metrics = metrics or Metrics(dead_letter_reasons=sorted(REASONS))
+        self.metrics.set_build_info(__version__, cfg.model.engine, cfg.model.update)
+        self.serve_metrics = serve_metrics
+        self.track_topics = int(track_topics)
+        self.limits = cfg.limits()
+        self.instance = uuid.uuid4().hex
+        self.store = SnapshotStore(cfg.snapshot.dir, cfg.snapshot.keep, self.metrics)
+        self.server: MetricsServer | None = None
+        self.model: TopicModel | None = None
+        self.offsets: dict[str, int] = {}
+        self.epochs: dict[str, int] = {}
+        self.consumer: BatchingConsumer | None = None
+        self.publisher: Publisher | None = None
+        self.last_snapshot: Path | None = None
+        self._known_snapshots: set[str] = set()
+        self._stop = threading.Event()
+        self._started = threading.Event()
+        self._finished = threading.Event()
+        self._beat = time.monotonic()
+        self._dirty = False          # state differs from the newest snapshot
+        self._unacked = False        # a learned batch's predictions are not all acknowledged
+        self._batches_since_snapshot = 0
+        self._last_snapshot_mono = time.monotonic()
+        self._snapshot_retry_at = 0.0
+        self._broker_up = False
+        self._assigned: list[TopicPartition] = []
+        self._rate_t = time.monotonic()
+        self._rate_docs = 0
+        self._rate_tokens = 0
+        self._docs_rate = 0.0
+        self._tokens_rate = 0.0
+        self._last_status_words = 0.0
+        self._last_progress_log = time.monotonic()
+        self.counts = {"documents": 0, "tokens": 0, "batches": 0, "dead_letters": 0, "predictions": 0}
+        self.dead_by_reason: dict[str, int] = {}
+        self.error: BaseException | None = None
+        self._status: dict[str, Any] = {}
+        self.stale_after_s = max(10.0, 5 * cfg.batch.max_wait_ms / 1000.0)
+        self._poll_tick_s = min(0.5, max(0.05, cfg.batch.max_wait_ms / 1000.0))
+
+    # -- control -----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask for a graceful stop (thread- and signal-safe): finish the batch, publish, commit, snapshot."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT -> graceful stop; a second signal exits at once (the last snapshot stays valid)."""
+        def handler(signum, _frame):
+            if self._stop.is_set():
+                log.warning("second signal: exiting without the final snapshot", extra={"signal": signum})
+                os._exit(128 + signum)
+            log.info("signal received: stopping after the current batch", extra={"signal": signum})
+            self._stop.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def wait_started(self, timeout: float | None = None) -> bool:
+        return self._started.wait(timeout)
+
+    @property
+    def metrics_url(self) -> str | None:
+        return self.server.url if self.server is not None else None
+
+    # -- health ------------------------------------------------------------------------
+
+    def health(self) -> tuple[bool, dict]:
+        age = time.monotonic() - self._beat
+        alive = age < self.stale_after_s and not self._finished.is_set()
+        return alive, {"loop_heartbeat_age_s": round(age, 3), "stale_after_s": self.stale_after_s}
+
+    def readiness(self) -> tuple[bool, dict]:
+        ok = bool(self._assigned) and self._broker_up and self.model is not None and not self._stop.is_set()
+        return ok, {"partitions": [tp.partition for tp in self._assigned], "broker_up": self._broker_up,
+                    "model_ready": self.model is not None,
+                    "model_version": self.model.version if self.model is not None else None,
+                    "stopping": self._stop.is_set()}
+
+    def status(self) -> dict[str, Any]:
+        """A consistent copy of the progress counters (safe from other threads)."""
+        return dict(self._status)
+
+    # -- main --------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped. Returns the process exit code (0 after a graceful stop)."""
+        try:
+            self._startup()
+            self._started.set()
+            while not self._stop.is_set():
+                self._tick()
+                rb = self.consumer.next_batch(self._poll_tick_s, should_stop=self._stop.is_set)
+                self._tick()
+                if rb is not None:
+                    self._process(rb)
+                self._housekeeping()
+            return 0
+        except Exception as exc:
+            self.error = exc
+            log.exception("daemon failed", extra={"error": repr(exc)})
+            return 1
+        finally:
+            self._started.set()
+            self._shutdown()
+            self._finished.set()
+
+    def _tick(self) -> None:
+        self._beat = time.monotonic()
+
+    def _startup(self) -> None:
+        cfg = self.cfg
+        self.metrics.set_broker_up(False)
+        self.metrics.set_ready(False)
+        if self.serve_metrics:
+            self.server = MetricsServer(self.metrics, cfg.metrics.host, cfg.metrics.port,
+                                        health=self.health, ready=self.readiness)
+        log.info("streamtopics daemon starting", extra={
+            "version": __version__, "instance": self.instance, "config": cfg.to_dict(),
+            "metrics_url": self.metrics_url})
+        self._load_model()
+        self._connect()
+
+    def _load_model(self) -> None:
+        self.store.clean_temp()
+        found = self.store.load_newest(skip=self._known_snapshots)
+        if found is None:
+            self.model = model_from_config(self.cfg.model)
+            self.offsets, self.epochs = {}, {}
+            log.info("no usable snapshot: starting a new model", extra={"snapshot_dir": str(self.store.dir)})
+        else:
+            self._adopt(*found)
+        self._known_snapshots.update(p.name for p in self.store.files())
+        self._update_model_metrics()
+
+    def _adopt(self, model: TopicModel, path: Path) -> None:
+        info = model.snapshot_info
+        self.model = model
+        self.offsets = {str(k): int(v) for k, v in (info.get("offsets") or {}).items()}
+        daemon_extra = (info.get("extra") or {}).get("daemon") or {}
+        self.epochs = {str(k): int(v) for k, v in (daemon_extra.get("epochs") or {}).items()}
+        self.last_snapshot = path
+        self._known_snapshots.add(path.name)
+        self._dirty = False
+        created = info.get("created")
+        self.metrics.snapshot_succeeded(None, at=float(created) if created else None)
+        diffs = _param_differences(model, self.cfg.model)
+        log.info("model loaded from snapshot", extra={
+            "path": str(path), "version": model.version, "docs_seen": model.state.docs_seen,
+            "offsets": self.offsets, "vocabulary": len(model.vocab)})
+        if diffs:
+            log.warning("snapshot model settings differ from [model]; the snapshot's are kept",
+                        extra={"differences": {k: {"snapshot": a, "config": b} for k, (a, b) in diffs.items()}})
+
+    def _connect(self) -> None:
+        """Create topics and clients, retrying with backoff while the broker is away."""
+        cfg = self.cfg
+        attempt = 0
+        while not self._stop.is_set():
+            attempt += 1
+            self._tick()
+            try:
+                if cfg.kafka.create_topics:
+                    ensure_topics(cfg)
+                self.publisher = Publisher(self._producer_kwargs(), max_inflight=cfg.batch.max_inflight_predictions,
+                                           flush_timeout_s=5.0)
+                self.publisher.connect()
+                self.consumer = BatchingConsumer(
+                    cfg.kafka.consumer_kwargs(), cfg.topics.input, max_docs=cfg.batch.max_docs,
+                    max_wait_ms=cfg.batch.max_wait_ms, decode=self._decode, start_offset=self._start_offset,
+                    on_assigned=self._on_assigned, on_revoked=self._on_revoked, on_reset=self._on_reset)
+                self.consumer.start()
+                log.info("connected to Kafka", extra={"bootstrap": cfg.kafka.bootstrap_servers,
+                                                      "input": cfg.topics.input, "group": cfg.kafka.group_id})
+                return
+            except Exception as exc:  # noqa: BLE001 - broker away, auth, ...: retry
+                if self.publisher is not None:
+                    self.publisher.close(timeout_s=0)
+                    self.publisher = None
+                self._broker_up = False
+                self.metrics.set_broker_up(False)
+                delay = min(10.0, 0.25 * 2 ** min(attempt, 6))
+                log.warning("cannot reach Kafka; retrying", extra={
+                    "bootstrap": cfg.kafka.bootstrap_servers, "error": repr(exc), "attempt": attempt,
+                    "backoff_s": delay})
+                self._stop.wait(delay)
+
+    def _producer_kwargs(self) -> dict:
+        kw = self.cfg.kafka.producer_kwargs()
+        # Never block the loop for a minute on metadata while the broker is away.
+        kw.setdefault("max_block_ms", 10000)
+        return kw
+
+    # -- consumer callbacks ------------------------------------------------------------
+
+    def _decode(self, record) -> tuple[_Decoded, int]:
+        docs, dead = decode_message(record.value, self.limits, topic=record.topic,
+                                    partition=record.partition, offset=record.offset)
+        index: list[int | None] = [None] * len(docs)
+        if docs and _is_array(record.value):  # element positions, skipping the bad elements
+            bad = {d.index for d in dead}
+            index = [i for i in range(len(docs) + len(dead)) if i not in bad]
+        return _Decoded(docs, dead, index), len(docs)
+
+    def _start_offset(self, tp: TopicPartition) -> int | None:
+        self._maybe_follow_newer_snapshot()
+        return self.offsets.get(_tp_key(tp.topic, tp.partition))
+
+    def _maybe_follow_newer_snapshot(self) -> None:
+        """On assignment: a snapshot this process did not write nor load means another
+        instance advanced the shared state (failover): adopt it. Otherwise the in-memory
+        model and offsets are already the newest consistent pair."""
+        if self.model is None:
+            return
+        newest = [p for p in self.store.files() if p.name not in self._known_snapshots]
+        if not newest:
+            return
+        found = self.store.load_newest(skip=self._known_snapshots)
+        if found is not None:
+            log.warning("a newer snapshot from another instance appeared; adopting it",
+                        extra={"path": str(found[1])})
+            self._adopt(*found)
+            self._update_model_metrics()
+
+    def _on_assigned(self, tps: list[TopicPartition]) -> None:
+        self._assigned = sorted(set(self._assigned) | set(tps))
+
+    def _on_revoked(self, tps: list[TopicPartition]) -> None:
+        gone = set(tps)
+        self._assigned = [tp for tp in self._assigned if tp not in gone]
+        for tp in gone:
+            self.metrics.forget_partition(tp.partition)
+
+    def _on_reset(self, tp: TopicPartition, expected: int, highwater: int) -> None:
+        key = _tp_key(tp.topic, tp.partition)
+        self.offsets.pop(key, None)
+        self.epochs[key] = self.epochs.get(key, 0) + 1  # new log: memoized batch keys must not collide
+        self._dirty = True
+
+    # -- one batch ---------------------------------------------------------------------
+
+    def _batch_key(self, rb: RecordBatch) -> str:
+        key = f"{rb.topic}:{rb.partition}:{rb.first_offset}"
+        epoch = self.epochs.get(_tp_key(rb.topic, rb.partition), 0)
+        return f"{key}~{epoch}" if epoch else key
+
+    def _process(self, rb: RecordBatch) -> None:
+        model = self.model
+        m = self.metrics
+        t_start = time.perf_counter()
+        now = time.time()
+        docs: list[Document] = []
+        srcs: list[tuple[Any, int | None]] = []
+        dead: list[DeadLetter] = []
+        for rec, dec in zip(rb.records, rb.decoded):
+            dead.extend(dec.dead)
+            for doc, idx in zip(dec.docs, dec.index):
+                docs.append(doc)
+                srcs.append((rec, idx))
+
+        # Tokenize; documents left with no token are dead letters, not predictions.
+        t0 = time.perf_counter()
+        tokens = model.tokenize([d.text if d.text is not None else d.tokens for d in docs]) if docs else []
+        keep = [i for i, t in enumerate(tokens) if t]
+        if len(keep) < len(docs):
+            kept = set(keep)
+            for i in range(len(docs)):
+                if i in kept:
+                    continue
+                rec, idx = srcs[i]
+                dead.append(DeadLetter(
+                    "empty_document", "no token left after tokenization (stopwords, short or long words only)",
+                    idx, rec.topic, rec.partition, rec.offset,
+                    rec.value if idx is None else encode_document(docs[i])))
+        decode_s = rb.decode_seconds + (time.perf_counter() - t0)
+
+        version = model.version  # the model that predicts (before learning this batch)
+        n_tokens = 0
+        theta = None
+        iterations = None
+        predict_s = learn_s = 0.0
+        if keep:
+            t0 = time.perf_counter()
+            batch = model.prepare([tokens[i] for i in keep], grow=True)
+            decode_s += time.perf_counter() - t0
+            res = model.process(batch, learn=True, batch_key=self._batch_key(rb))
+            theta = model.theta(res.doc_topic)
+            st = model.last_stats
+            predict_s, learn_s = st.get("local_seconds", 0.0), st.get("update_seconds", 0.0)
+            n_tokens = int(batch.n_tokens)
+            iterations = st.get("iterations")
+        # Model and offsets move together, in memory, before anything else can happen.
+        self.offsets[_tp_key(rb.topic, rb.partition)] = rb.next_offset
+        self._dirty = True
+        self._unacked = True
+
+        # Publish: dead letters and predictions; block until all are acknowledged.
+        t0 = time.perf_counter()
+        out: list[OutMessage] = []
+        max_raw = self._max_raw_bytes()
+        for dl in dead:
+            out.append(OutMessage(self.cfg.topics.dead_letter, encode_dead_letter(dl, ts=now, max_raw_bytes=max_raw)))
+        if theta is not None:
+            for row, i in zip(_top_topics(theta), keep):
+                d = docs[i]
+                out.append(OutMessage(self.cfg.topics.output,
+                                      encode_prediction(d.id, row, model_version=version, ts=now),
+                                      key=prediction_key(d.id)))
+        try:
+            self.publisher.publish(out, abort=self._stop.is_set)
+        except PublishAborted as exc:
+            log.error("stopping with unacknowledged predictions: this batch is not snapshotted "
+                      "and will be read and learned again after restart",
+                      extra={"unacked": exc.unacked, "partition": rb.partition, "first_offset": rb.first_offset})
+            m.producer_pending.set(self.publisher.pending)
+            return
+        acked = time.time()
+        self._unacked = False
+        publish_s = time.perf_counter() - t0
+        self._broker_up = self.publisher.healthy and self.consumer.connected()
+
+        # Commit (advisory: the snapshot's offsets are the truth).
+        t0 = time.perf_counter()
+        self.consumer.commit({rb.tp: rb.next_offset})
+        commit_s = time.perf_counter() - t0
+
+        # Metrics.
+        n_docs = len(keep)
+        total_s = time.perf_counter() - t_start
+        m.observe_batch(n_docs, n_tokens)
+        for stage, sec in (("decode", decode_s), ("predict", predict_s), ("learn", learn_s),
+                           ("publish", publish_s), ("commit", commit_s), ("total", total_s)):
+            m.observe_stage(stage, sec)
+        for i in keep:
+            d = docs[i]
+            rec = srcs[i][0]
+            origin = d.ts if d.ts is not None else (rec.timestamp / 1000.0 if rec.timestamp and rec.timestamp > 0 else None)
+            if origin is not None:
+                m.end_to_end_latency.observe(max(0.0, acked - origin))
+        if iterations is not None:
+            for it in np.asarray(iterations).tolist():
+                m.local_iterations.observe(it)
+            st = model.last_stats
+            if st.get("restarts_tried"):
+                m.restart_acceptance_ratio.set(st["restarts_accepted"] / st["restarts_tried"])
+            obj = st.get("objective_per_token")
+            if obj is not None and math.isfinite(obj):
+                m.objective_per_token.set(obj)
+        for dl in dead:
+            m.dead_letter(dl.reason)
+            self.dead_by_reason[dl.reason] = self.dead_by_reason.get(dl.reason, 0) + 1
+        self.counts["documents"] += n_docs
+        self.counts["tokens"] += n_tokens
+        self.counts["batches"] += 1
+        self.counts["dead_letters"] += len(dead)
+        self.counts["predictions"] += n_docs
+        self._rate_docs += n_docs
+        self._rate_tokens += n_tokens
+        self._update_model_metrics()
+        self._batches_since_snapshot += 1
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("batch processed", extra={
+                "partition": rb.partition, "first_offset": rb.first_offset, "next_offset": rb.next_offset,
+                "docs": n_docs, "dead_letters": len(dead), "tokens": n_tokens, "version": model.version,
+                "complete": rb.complete, "seconds": round(total_s, 4)})
+        self._maybe_snapshot()
+
+    def _max_raw_bytes(self) -> int:
+        kw = self.cfg.kafka.extra_producer
+        limit = int(kw.get("max_request_size", 1048576))
+        return max(1024, min(limit, self.cfg.limits.max_message_bytes) - 16384)
+
+    # -- periodic work -----------------------------------------------------------------
+
+    def _housekeeping(self) -> None:
+        m = self.metrics
+        c = self.consumer
+        up = c.connected() and (self.publisher.healthy if self.publisher is not None else False)
+        if up != self._broker_up:
+            log.log(logging.INFO if up else logging.WARNING, "broker up" if up else "broker unreachable",
+                    extra={"bootstrap": self.cfg.kafka.bootstrap_servers})
+        self._broker_up = up
+        m.set_broker_up(up)
+        ok, _ = self.readiness()
+        if ok != m.is_ready:
+            log.info("ready" if ok else "not ready", extra=self.readiness()[1])
+        m.set_ready(ok)
+        lag = c.lag()
+        for p, v in lag.items():
+            m.set_lag(p, v)
+        m.producer_pending.set(self.publisher.pending if self.publisher is not None else 0)
+        now = time.monotonic()
+        dt = now - self._rate_t
+        if dt >= 0.5:
+            a = 1.0 - math.exp(-dt / RATE_TAU_S)
+            self._docs_rate += a * (self._rate_docs / dt - self._docs_rate)
+            self._tokens_rate += a * (self._rate_tokens / dt - self._tokens_rate)
+            self._rate_t, self._rate_docs, self._rate_tokens = now, 0, 0
+            m.documents_per_second.set(self._docs_rate)
+            m.tokens_per_second.set(self._tokens_rate)
+        self._maybe_snapshot()
+        self._publish_status(lag)
+        if now - self._last_progress_log >= PROGRESS_LOG_S:
+            self._last_progress_log = now
+            log.info("progress", extra={
+                **self.counts, "docs_per_s": round(self._docs_rate, 1), "lag": lag,
+                "model_version": self.model.version, "vocabulary": len(self.model.vocab),
+                "broker_up": up, "ready": ok})
+
+    def _update_model_metrics(self) -> None:
+        self.metrics.vocabulary_size.set(len(self.model.vocab))
+        self.metrics.model_version.set(self.model.version)
+
+    def _publish_status(self, lag: dict[int, int]) -> None:
+        st = {
+            **self.counts,
+            "dead_by_reason": dict(self.dead_by_reason),
+            "offsets": dict(self.offsets),
+            "lag": dict(lag),
+            "docs_per_s": self._docs_rate,
+            "tokens_per_s": self._tokens_rate,
+            "vocabulary": len(self.model.vocab),
+            "model_version": self.model.version,
+            "docs_seen": int(self.model.state.docs_seen),
+            "broker_up": self._broker_up,
+            "ready": self.metrics.is_ready,
+            "assigned": [tp.partition for tp in self._assigned],
+            "last_snapshot": str(self.last_snapshot) if self.last_snapshot else None,
+        }
+        now = time.monotonic()
+        if self.track_topics and self.model.state.initialized:
+            if now - self._last_status_words >= 1.0 or "top_words" not in self._status:
+                k = min(self.track_topics, self.model.n_topics)
+                st["top_words"] = {t: self.model.top_words(t, 8) for t in range(k)}
+                self._last_status_words = now
+            else:
+                st["top_words"] = self._status.get("top_words")
+        self._status = st
+
+    # -- snapshots ---------------------------------------------------------------------
+
+    def _maybe_snapshot(self, force: bool = False) -> None:
+        sc = self.cfg.snapshot
+        now = time.monotonic()
+        by_batches = sc.every_batches > 0 and self._batches_since_snapshot >= sc.every_batches
+        by_time = sc.every_seconds > 0 and now - self._last_snapshot_mono >= sc.every_seconds
+        if not (force or by_batches or by_time):
+            return
+        if not self._dirty:
+            # The newest snapshot already holds the whole state: nothing would be replayed.
+            if by_time:
+                self.metrics.snapshot_succeeded(None)
+                self._last_snapshot_mono = now
+            return
+        if self._unacked or (not force and now < self._snapshot_retry_at):
+            return
+        self.snapshot()
+
+    def snapshot(self) -> Path | None:
+        """Write a snapshot of the model with its offsets now. Returns the path, or None on failure."""
+        if self._unacked:
+            log.warning("not snapshotting: predictions of a learned batch are unacknowledged")
+            return None
+        t0 = time.perf_counter()
+        self._tick()
+        extra = {"daemon": {
+            "instance": self.instance, "version": __version__, "epochs": dict(self.epochs),
+            "group_id": self.cfg.kafka.group_id, "input": self.cfg.topics.input,
+            "batches": self.counts["batches"], "documents": self.counts["documents"],
+            "dead_letters": self.counts["dead_letters"]}}
+        try:
+            path, nbytes = self.store.write(self.model, dict(self.offsets), extra)
+        except SnapshotWriteError as exc:
+            reason = self.metrics.snapshot_failed(exc.reason)
+            self._after_failed_snapshot()
+            log.error("snapshot failed; keeping the previous snapshots and running on",
+                      extra={"reason": reason, "error": str(exc)})
+            return None
+        except Exception as exc:  # noqa: BLE001
+            reason = self.metrics.snapshot_failed(exc)
+            self._after_failed_snapshot()
+            log.exception("snapshot failed; keeping the previous snapshots and running on",
+                          extra={"reason": reason, "error": repr(exc)})
+            return None
+        dt = time.perf_counter() - t0
+        self._tick()
+        self.metrics.snapshot_succeeded(dt)
+        self.last_snapshot = path
+        self._known_snapshots.add(path.name)
+        self._dirty = False
+        self._batches_since_snapshot = 0
+        self._last_snapshot_mono = time.monotonic()
+        removed = self.store.prune()
+        log.info("snapshot written", extra={
+            "path": str(path), "version": self.model.version, "bytes": nbytes, "seconds": round(dt, 4),
+            "offsets": dict(self.offsets), "pruned": [p.name for p in removed]})
+        if self.cfg.topics.snapshots and self.publisher is not None:
+            ann = msgpack.packb({"path": str(path.resolve()), "version": self.model.version,
+                                 "offsets": dict(self.offsets), "ts": time.time()}, use_bin_type=True)
+            self.publisher.send_nowait(OutMessage(self.cfg.topics.snapshots, ann, key=b"snapshot"))
+        return path
+
+    def _after_failed_snapshot(self) -> None:
+        # Try again at the next trigger, not after every batch.
+        self._batches_since_snapshot = 0
+        self._last_snapshot_mono = time.monotonic()
+        self._snapshot_retry_at = time.monotonic() + min(30.0, self.cfg.snapshot.every_seconds or 30.0)
+
+    # -- shutdown ----------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        self.metrics.set_ready(False)
+        try:
+            if self.model is not None and self._dirty:
+                if self._unacked:
+                    log.warning("final snapshot skipped: a learned batch has unacknowledged predictions; "
+                                "it will be replayed from the previous snapshot")
+                else:
+                    self.snapshot()
+        except Exception as exc:  # noqa: BLE001
+            log.exception("final snapshot failed", extra={"error": repr(exc)})
+        if self.publisher is not None:
+            self.publisher.close(timeout_s=5.0)
+        if self.consumer is not None:
+            self.consumer.close()
+        if self.server is not None:
+            self.server.stop()
+        log.info("streamtopics daemon stopped", extra={
+            **self.counts, "model_version": self.model.version if self.model is not None else None,
+            "last_snapshot": str(self.last_snapshot) if self.last_snapshot else None})
+        if self.model is not None:
+            self._publish_status({})
+
+
+def _is_array(raw: bytes) -> bool:
+    """Whether a msgpack value is an array (fixarray 0x90-0x9f, array16 0xdc, array32 0xdd)."""
+    b = raw[0]
+    return 0x90 <= b <= 0x9F or b in (0xDC, 0xDD)
+
+
+def _top_topics(theta: np.ndarray) -> list[list[tuple[int, float]]]:
+    """Per row: up to TOP_TOPICS (topic, proportion) pairs >= MIN_TOPIC_PROB, largest first (always >= 1)."""
+    n, k = theta.shape
+    top = min(TOP_TOPICS, k)
+    idx = np.argpartition(-theta, top - 1, axis=1)[:, :top] if top < k else np.tile(np.arange(k), (n, 1))
+    vals = np.take_along_axis(theta, idx, axis=1)
+    order = np.argsort(-vals, axis=1, kind="stable")
+    idx = np.take_along_axis(idx, order, axis=1)
+    vals = np.take_along_axis(vals, order, axis=1)
+    out = []
+    for r in range(n):
+        row = [(int(idx[r, j]), float(vals[r, j])) for j in range(top) if j == 0 or vals[r, j] >= MIN_TOPIC_PROB]
+        out.append(row)
+    return out
