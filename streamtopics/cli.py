@@ -1,0 +1,540 @@
+"""The ``streamtopics`` command.
+
+    streamtopics run --config FILE            the daemon (SIGTERM/SIGINT: graceful stop, exit 0)
+    streamtopics demo [--docs N] [--topics K] embedded broker + real corpus + daemon, live progress
+    streamtopics produce --bootstrap B --topic T (FILE.jsonl | FILE.txt | --corpus 20ng|r8) [--limit N]
+    streamtopics inspect SNAPSHOT [--top N]   model facts and top words per topic
+    streamtopics check-config FILE            validate; print the effective configuration (secrets masked)
+
+Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error, 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+_REPO_CONFIG = Path(__file__).resolve().parent.parent / "config" / "streamtopics.toml"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return json.dumps(str(v))
+
+
+def _dump_toml(d: dict[str, dict[str, Any]]) -> str:
+    lines = []
+    for section, values in d.items():
+        lines.append(f"[{section}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in values.items())
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _load_config_or_exit(path: str):
+    from .config import ConfigError, load_config
+    from .daemon import check_daemon_config
+
+    try:
+        cfg = load_config(path)
+        errs = check_daemon_config(cfg)
+        if errs:
+            raise ConfigError(errs)
+        return cfg, None
+    except ConfigError as exc:
+        return None, exc.errors
+
+
+class _Style:
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def __call__(self, text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.enabled else text
+
+    def bold(self, t: str) -> str:
+        return self(t, "1")
+
+    def dim(self, t: str) -> str:
+        return self(t, "2")
+
+    def cyan(self, t: str) -> str:
+        return self(t, "36")
+
+    def green(self, t: str) -> str:
+        return self(t, "32")
+
+    def yellow(self, t: str) -> str:
+        return self(t, "33")
+
+
+# --------------------------------------------------------------------------- run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cfg, errors = _load_config_or_exit(args.config)
+    if errors:
+        for line in errors:
+            _err(line)
+        return EXIT_USAGE
+    from .daemon import Daemon
+    from .logs import setup_logging
+
+    setup_logging(cfg.logging.level, cfg.logging.format)
+    daemon = Daemon(cfg)
+    daemon.install_signal_handlers()
+    return daemon.run()
+
+
+# --------------------------------------------------------------------------- check-config
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    from .config import ENV_PREFIX
+
+    cfg, errors = _load_config_or_exit(args.file)
+    if errors:
+        for line in errors:
+            _err(line)
+        return EXIT_USAGE
+    overrides = sorted(k for k in os.environ if k.startswith(ENV_PREFIX) and "__" in k[len(ENV_PREFIX):])
+    print(f"# {args.file}: configuration is valid")
+    if overrides:
+        print("# environment overrides: " + ", ".join(overrides))
+    print("# effective configuration (secrets shown as ***):\n")
+    print(_dump_toml(cfg.to_dict()), end="")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- inspect
+
+
+def _iso(ts: float | None) -> str:
+    if not ts:
+        return "unknown"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(ts)))
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .model import load_snapshot
+    from .snapshot import SnapshotError
+
+    try:
+        model = load_snapshot(args.snapshot)
+    except (SnapshotError, ValueError, KeyError) as exc:
+        _err(f"error: cannot load {args.snapshot}: {exc}")
+        return EXIT_USAGE
+    info = model.snapshot_info
+    st = model.state
+    top = max(1, int(args.top))
+    topics = [model.top_words(k, top) for k in range(model.n_topics)]
+    extra = (info.get("extra") or {}).get("daemon") or {}
+    facts = {
+        "path": str(Path(args.snapshot).resolve()),
+        "created": _iso(info.get("created")),
+        "version": int(model.version),
+        "docs_seen": int(st.docs_seen),
+        "tokens_seen": float(st.tokens_seen),
+        "n_topics": int(model.n_topics),
+        "vocabulary": len(model.vocab),
+        "engine": model.engine,
+        "update": model.update,
+        "params": model.get_params(),
+        "offsets": dict(info.get("offsets") or {}),
+        "daemon": extra,
+    }
+    if args.json:
+        print(json.dumps({**facts, "top_words": topics}, indent=2, default=str))
+        return EXIT_OK
+    p = facts["params"]
+    print(f"snapshot    {facts['path']}")
+    print(f"created     {facts['created']}")
+    print(f"version     {facts['version']} global updates")
+    print(f"documents   {facts['docs_seen']:,} seen ({int(facts['tokens_seen']):,} tokens)")
+    print(f"model       K={facts['n_topics']} topics, V={facts['vocabulary']:,} words, engine={model.engine}, "
+          f"update={model.update}, sparsity={p['sparsity']}, alpha={p['alpha']}, beta={p['beta']}")
+    offs = facts["offsets"]
+    print("offsets     " + (", ".join(f"{k} -> {v}" for k, v in sorted(offs.items())) if offs else "none"))
+    if extra:
+        print(f"daemon      instance {extra.get('instance', '?')}, group {extra.get('group_id', '?')}, "
+              f"{extra.get('batches', '?')} batches in its last run")
+    print(f"\ntop {top} words per topic:")
+    width = len(str(model.n_topics - 1))
+    for k, words in enumerate(topics):
+        print(f"  {k:>{width}}  {' '.join(words)}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- produce
+
+
+def _read_documents(args: argparse.Namespace) -> tuple[list[Any], int]:
+    """Documents to send (maps) and the number of unusable input lines skipped."""
+    limit = args.limit
+    if args.corpus:
+        from .corpora import load_20newsgroups, load_reuters_r8
+
+        loader = load_20newsgroups if args.corpus == "20ng" else load_reuters_r8
+        docs = loader(args.split)[: limit]
+        return [{"id": d.id, "text": d.text, "label": d.label} for d in docs], 0
+    path = Path(args.file)
+    out: list[Any] = []
+    skipped = 0
+    suffix = path.suffix.lower()
+    if suffix not in (".jsonl", ".ndjson", ".txt"):
+        raise ValueError(f"{path}: expected a .jsonl (one JSON document per line) or .txt "
+                         "(one document per line) file")
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if limit is not None and len(out) >= limit:
+                break
+            line = line.strip()
+            if not line:
+                continue
+            if suffix == ".txt":
+                out.append({"id": f"{path.stem}:{lineno}", "text": line})
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                _err(f"warning: {path}:{lineno}: not JSON ({exc.msg}); skipped")
+                skipped += 1
+                continue
+            out.append(obj)  # validated by the daemon: bad documents become dead letters
+    return out, skipped
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    import msgpack
+    from kafka import KafkaProducer
+
+    if bool(args.file) == bool(args.corpus):
+        _err("error: give either a FILE or --corpus")
+        return EXIT_USAGE
+    try:
+        docs, skipped = _read_documents(args)
+    except (OSError, ValueError) as exc:
+        _err(f"error: {exc}")
+        return EXIT_USAGE
+    if not args.no_create:
+        from .stream.broker import create_topics
+
+        try:
+            got = create_topics(args.bootstrap, {args.topic: args.partitions})
+        except Exception as exc:  # noqa: BLE001
+            _err(f"error: cannot create topic {args.topic!r} on {args.bootstrap}: {exc}")
+            return EXIT_FAIL
+        if got.get(args.topic) not in (None, args.partitions):
+            _err(f"note: topic {args.topic!r} already exists with {got[args.topic]} partitions")
+    t0 = time.perf_counter()
+    try:
+        producer = KafkaProducer(bootstrap_servers=args.bootstrap, acks="all", linger_ms=10,
+                                 batch_size=262144, compression_type="zstd", enable_idempotence=False,
+                                 max_block_ms=15000)
+    except Exception as exc:  # noqa: BLE001
+        _err(f"error: cannot connect to {args.bootstrap}: {exc}")
+        return EXIT_FAIL
+    failed = 0
+    try:
+        futures = [producer.send(args.topic, msgpack.packb(d, use_bin_type=True)) for d in docs]
+        producer.flush(timeout=60)
+        for f in futures:
+            if not f.succeeded():
+                failed += 1
+    except Exception as exc:  # noqa: BLE001
+        _err(f"error: sending failed: {exc}")
+        return EXIT_FAIL
+    finally:
+        producer.close(timeout=5)
+    dt = time.perf_counter() - t0
+    sent = len(docs) - failed
+    print(f"sent {sent:,} documents to {args.topic!r} on {args.bootstrap} in {dt:.2f} s "
+          f"({sent / max(dt, 1e-9):,.0f} docs/s)" + (f"; {skipped} lines skipped" if skipped else ""))
+    if failed:
+        _err(f"error: {failed} documents were not acknowledged")
+        return EXIT_FAIL
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def _demo_config(bootstrap: str, args: argparse.Namespace, snapshot_dir: Path):
+    from .config import Config
+
+    data: dict[str, Any] = {}
+    path = Path(args.config) if args.config else (_REPO_CONFIG if _REPO_CONFIG.is_file() else None)
+    if path is not None:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    kafka = data.setdefault("kafka", {})
+    kafka.update(bootstrap_servers=bootstrap, group_id="streamtopics-demo",
+                 # the defaults suit a long-running daemon; a demo wants a fast group join
+                 session_timeout_ms=3000, heartbeat_interval_ms=1000, create_topics=True, input_partitions=1)
+    if args.topics is not None:
+        model = data.setdefault("model", {})
+        model["n_topics"] = args.topics
+        model["sparsity"] = min(int(model.get("sparsity", 8)), args.topics)
+    if args.batch is not None:
+        data.setdefault("batch", {})["max_docs"] = args.batch
+    data.setdefault("snapshot", {})["dir"] = str(snapshot_dir)
+    data.setdefault("metrics", {}).update(port=0)
+    env = {k: v for k, v in os.environ.items() if k != "STREAMTOPICS_KAFKA__BOOTSTRAP_SERVERS"}
+    return Config.from_dict(data, env=env), path
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .config import ConfigError
+
+    s = _Style(not args.no_color and sys.stdout.isatty() and os.environ.get("NO_COLOR") is None)
+    t_start = time.perf_counter()
+    _sigterm_interrupts()
+    out_dir = Path(args.dir)
+    snap_dir = out_dir / "snapshots"
+    broker = None
+    daemon = None
+    thread = None
+    interrupted = False
+    try:
+        from .corpora import load_default_corpus
+        from .stream.broker import BrokerUnavailable, EmbeddedBroker, create_topics
+
+        print(s.bold("streamtopics demo") + s.dim("  (Ctrl-C stops everything it started)"), flush=True)
+        try:  # validate before starting anything
+            _demo_config("127.0.0.1:9092", args, snap_dir)
+        except ConfigError as exc:
+            for line in exc.errors:
+                _err(line)
+            return EXIT_USAGE
+        name, corpus = load_default_corpus("train")
+        if args.docs is not None:
+            corpus = corpus[: args.docs]
+        n = len(corpus)
+        print(f"corpus      {name}, train split: {n:,} documents", flush=True)
+
+        try:
+            broker = EmbeddedBroker().start()
+        except BrokerUnavailable as exc:
+            _err(f"error: {exc}")
+            return EXIT_FAIL
+        print(f"broker      tansu on {broker.bootstrap} (memory storage, stopped on exit)", flush=True)
+
+        # Fresh state every run: an old snapshot's offsets would skip the new topic's data.
+        if snap_dir.is_dir():
+            for p in snap_dir.glob("*.stsnap"):
+                p.unlink()
+        snap_dir.mkdir(parents=True, exist_ok=True)
+        cfg, cfg_path = _demo_config(broker.bootstrap, args, snap_dir)
+        t = cfg.topics
+        create_topics(broker.bootstrap, {t.input: 1, t.output: 1, t.dead_letter: 1})
+
+        t0 = time.perf_counter()
+        _demo_produce(broker.bootstrap, t.input, corpus)
+        dt = time.perf_counter() - t0
+        print(f"produced    {n:,} documents into {t.input!r} in {dt:.1f} s ({n / max(dt, 1e-9):,.0f} docs/s)",
+              flush=True)
+
+        from .daemon import Daemon
+        from .logs import setup_logging
+
+        log_path = out_dir / "daemon.log"
+        setup_logging(cfg.logging.level, cfg.logging.format, path=str(log_path))
+        daemon = Daemon(cfg, track_topics=cfg.model.n_topics)
+        print(f"daemon      K={cfg.model.n_topics} topics, {cfg.model.engine}/{cfg.model.update}, batches of "
+              f"{cfg.batch.max_docs}; config {cfg_path or 'built-in defaults'}; log {log_path}", flush=True)
+        thread = threading.Thread(target=daemon.run, name="streamtopics-daemon", daemon=True)
+        thread.start()
+        daemon.wait_started(timeout=120)
+        print(f"metrics     {daemon.metrics_url}/metrics\n", flush=True)
+        t_run = time.perf_counter()
+        t_first = None
+        rotate = 0
+        last_print = 0.0
+        key = f"{t.input}:0"
+        while thread.is_alive():
+            time.sleep(0.1)
+            st = daemon.status()
+            done = st.get("offsets", {}).get(key, 0)
+            if t_first is None and st.get("batches"):
+                t_first = time.perf_counter()
+            now = time.perf_counter()
+            if now - last_print >= args.every or done >= n:
+                last_print = now
+                lag = sum((st.get("lag") or {}).values())
+                line = (f"{s.dim(f'{now - t_run:6.1f}s')}  docs {done:>7,}/{n:,}  "
+                        f"{st.get('docs_per_s', 0.0):7,.0f} docs/s  batches {st.get('batches', 0):>4}  "
+                        f"vocab {st.get('vocabulary', 0):>7,}  lag {lag:>6,}")
+                print(line, flush=True)
+                words = st.get("top_words") or {}
+                if words:
+                    ks = sorted(words)
+                    for j in range(min(3, len(ks))):
+                        k = ks[(rotate + j) % len(ks)]
+                        print(f"         {s.cyan(f'topic {k:>3}')}  {' '.join(words[k][:8])}", flush=True)
+                    rotate += 3
+            if done >= n:
+                break
+        t_done = time.perf_counter()
+        daemon.stop()
+        thread.join(timeout=120)
+        st = daemon.status()
+        _demo_summary(s, daemon, st, name, n, t_first or t_run, t_done, t_start)
+        return EXIT_OK if daemon.error is None else EXIT_FAIL
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\ninterrupted: stopping the daemon and the broker ...", flush=True)
+        return EXIT_INTERRUPTED
+    finally:
+        if daemon is not None:
+            daemon.stop()
+            if thread is not None:
+                try:
+                    thread.join(timeout=60)
+                except KeyboardInterrupt:
+                    pass
+        if broker is not None:
+            broker.cleanup() if not interrupted else broker.stop(grace_s=0.5)
+
+
+def _sigterm_interrupts() -> None:
+    """SIGTERM behaves like Ctrl-C (and Ctrl-C works even if the shell started us ignoring it)."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+        signal.signal(signal.SIGINT, interrupt)
+
+
+def _demo_produce(bootstrap: str, topic: str, corpus) -> None:
+    import msgpack
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=10, batch_size=262144,
+                             compression_type="zstd", enable_idempotence=False)
+    try:
+        for d in corpus:
+            producer.send(topic, msgpack.packb({"id": d.id, "text": d.text, "label": d.label}, use_bin_type=True))
+        producer.flush(timeout=120)
+    finally:
+        producer.close(timeout=5)
+
+
+def _demo_summary(s: _Style, daemon, st: dict, corpus_name: str, n: int, t_first: float, t_done: float,
+                  t_start: float) -> None:
+    model = daemon.model
+    docs = st.get("documents", 0)
+    span = max(t_done - t_first, 1e-9)
+    print("\n" + s.bold("summary"))
+    print(f"  corpus         {corpus_name}: {n:,} documents in")
+    print(f"  predictions    {st.get('predictions', 0):,}")
+    dead = st.get("dead_letters", 0)
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted((st.get("dead_by_reason") or {}).items()))
+    print(f"  dead letters   {dead:,}" + (f" ({reasons})" if reasons else ""))
+    print(f"  throughput     {docs / span:,.0f} docs/s, {st.get('tokens', 0) / span:,.0f} tokens/s "
+          f"({st.get('batches', 0)} batches in {span:.1f} s)")
+    print(f"  model          version {model.version}, {int(model.state.docs_seen):,} documents learned, "
+          f"vocabulary {len(model.vocab):,}")
+    print(f"  wall time      {time.perf_counter() - t_start:.1f} s (corpus, broker, produce, learn, snapshot)")
+    print("\n" + s.bold(f"top words of all {model.n_topics} topics"))
+    width = len(str(model.n_topics - 1))
+    for k in range(model.n_topics):
+        print(f"  {s.cyan(f'{k:>{width}}')}  {' '.join(model.top_words(k, 10))}")
+    snap = st.get("last_snapshot")
+    print("\n" + s.bold("snapshot") + f"  {snap}")
+    if snap:
+        print(s.dim(f"  load it: streamtopics inspect {snap}   |   python: streamtopics.load_snapshot(path)"))
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="streamtopics", description="Topic models learned from a Kafka stream.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    r = sub.add_parser("run", help="run the daemon", description="Run the daemon until SIGTERM/SIGINT.")
+    r.add_argument("--config", required=True, metavar="FILE", help="TOML configuration file")
+    r.set_defaults(func=cmd_run)
+
+    d = sub.add_parser("demo", help="embedded broker + real corpus + daemon, with live progress",
+                       description="Start a local tansu broker, stream the 20 Newsgroups train split (bundled "
+                                   "Reuters R8 when 20NG is absent) into it, run the daemon on it, print progress, "
+                                   "a summary, the topics and the final snapshot. Everything stops on exit.")
+    d.add_argument("--docs", type=int, default=None, metavar="N", help="only the first N documents")
+    d.add_argument("--topics", type=int, default=20, metavar="K",
+                   help="number of topics (default 20, one per newsgroup; the config's n_topics otherwise "
+                        "is sized for production streams)")
+    d.add_argument("--batch", type=int, default=None, metavar="N", help="documents per minibatch (config default)")
+    d.add_argument("--config", default=None, metavar="FILE", help="base configuration (default config/streamtopics.toml)")
+    d.add_argument("--dir", default="var/demo", help="where snapshots and the daemon log go (default var/demo)")
+    d.add_argument("--every", type=float, default=1.0, metavar="S", help="seconds between progress lines")
+    d.add_argument("--no-color", action="store_true", help="plain output")
+    d.set_defaults(func=cmd_demo)
+
+    pr = sub.add_parser("produce", help="send documents into a topic",
+                        description="Send a JSON-lines file (one document map per line), a text file (one "
+                                    "document per line) or a bundled corpus into a topic, one msgpack message "
+                                    "per document.")
+    pr.add_argument("file", nargs="?", help="FILE.jsonl or FILE.txt")
+    pr.add_argument("--bootstrap", required=True, help="host:port of a broker")
+    pr.add_argument("--topic", required=True)
+    pr.add_argument("--corpus", choices=("20ng", "r8"), help="a bundled corpus instead of a file")
+    pr.add_argument("--split", choices=("train", "test"), default="train", help="corpus split (default train)")
+    pr.add_argument("--limit", type=int, default=None, metavar="N", help="at most N documents")
+    pr.add_argument("--partitions", type=int, default=1, help="partitions when the topic is created (default 1)")
+    pr.add_argument("--no-create", action="store_true", help="do not create the topic")
+    pr.set_defaults(func=cmd_produce)
+
+    i = sub.add_parser("inspect", help="model facts and top words of a snapshot")
+    i.add_argument("snapshot", metavar="SNAPSHOT")
+    i.add_argument("--top", type=int, default=10, metavar="N", help="words per topic (default 10)")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.set_defaults(func=cmd_inspect)
+
+    c = sub.add_parser("check-config", help="validate a configuration file",
+                       description="Validate FILE (plus STREAMTOPICS_* environment overrides) and print the "
+                                   "effective configuration with secrets masked. Exit 2 on errors.")
+    c.add_argument("file", metavar="FILE")
+    c.set_defaults(func=cmd_check_config)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `streamtopics inspect ... | head`
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

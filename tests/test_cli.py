@@ -1,0 +1,160 @@
+"""The streamtopics command: check-config, inspect, produce (real broker) and a small demo."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import msgpack
+from kafka import KafkaConsumer, TopicPartition
+
+from streamtopics import TopicModel, load_snapshot
+from streamtopics.cli import main
+from streamtopics.config import load_config
+from streamtopics.corpora import load_reuters_r8
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streamtopics.cli", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})))
+
+
+# --------------------------------------------------------------------------- check-config
+
+
+def test_check_config_prints_the_effective_config_with_secrets_masked(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "prod.toml"
+    path.write_text('[kafka]\nsecurity_protocol = "SASL_SSL"\nsasl_mechanism = "SCRAM-SHA-512"\n'
+                    'sasl_plain_username = "svc"\n[model]\nn_topics = 42\n')
+    monkeypatch.setenv("STREAMTOPICS_KAFKA__SASL_PLAIN_PASSWORD", "hunter2-secret")
+    monkeypatch.setenv("STREAMTOPICS_BATCH__MAX_DOCS", "128")
+    assert main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "hunter2" not in out
+    assert 'sasl_plain_password = "***"' in out
+    assert "STREAMTOPICS_BATCH__MAX_DOCS" in out  # overrides are named
+    shown = tomllib.loads(out)  # the printout is itself a TOML file
+    assert shown["model"]["n_topics"] == 42 and shown["batch"]["max_docs"] == 128
+    assert shown == load_config(path).to_dict()
+
+
+def test_check_config_errors_exit_2_with_one_line_each(tmp_path, capsys):
+    path = tmp_path / "bad.toml"
+    path.write_text('[model]\nn_topic = 10\nengine = "gibbs"\n[batch]\nmax_docs = 0\n')
+    assert main(["check-config", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert all(ln.startswith("config error: ") for ln in lines) and len(lines) == 3
+    assert any("model.n_topic" in ln and "did you mean model.n_topics" in ln for ln in lines)
+    assert any("model.engine" in ln for ln in lines) and any("batch.max_docs" in ln for ln in lines)
+    # Accepted by the schema but not runnable yet: still a configuration error.
+    path.write_text('[model]\nsupervision = "hinge"\n')
+    assert main(["check-config", str(path)]) == 2
+    assert "model.supervision" in capsys.readouterr().err
+
+
+def test_entry_point_runs_as_a_module(tmp_path):
+    ok = _run("check-config", str(ROOT / "config" / "production.example.toml"),
+              env={"STREAMTOPICS_KAFKA__SASL_PLAIN_PASSWORD": "pw"})
+    assert ok.returncode == 0, ok.stderr
+    missing = _run("run", "--config", str(tmp_path / "nope.toml"))
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    assert _run("--help").returncode == 0
+
+
+# --------------------------------------------------------------------------- inspect
+
+
+def test_inspect_shows_model_facts_and_top_words(tmp_path, capsys):
+    docs = [d.text for d in load_reuters_r8("train")[:200]]
+    m = TopicModel(n_topics=6, seed=1)
+    for i in range(0, len(docs), 50):
+        m.partial_fit(docs[i:i + 50])
+    path = tmp_path / "m.stsnap"
+    m.save(path, offsets={"documents:0": 200})
+    assert main(["inspect", str(path), "--top", "4"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^version\s+4 global updates", out, re.M)
+    assert re.search(r"^documents\s+200 seen", out, re.M)
+    assert "K=6 topics" in out and f"V={len(m.vocab):,} words" in out and "engine=lsparse" in out
+    assert "documents:0 -> 200" in out
+    rows = re.findall(r"^\s+(\d)\s+(.+)$", out, re.M)
+    assert [int(k) for k, _ in rows] == list(range(6))
+    assert [w.split() for _, w in rows] == [m.top_words(k, 4) for k in range(6)]
+
+    assert main(["inspect", str(path), "--json"]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    assert facts["version"] == 4 and facts["docs_seen"] == 200 and facts["offsets"] == {"documents:0": 200}
+    assert len(facts["top_words"]) == 6
+
+    path.write_bytes(path.read_bytes()[:500])
+    assert main(["inspect", str(path)]) == 2
+    assert "truncated" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- produce
+
+
+def _count(bootstrap: str, topic: str, want: int) -> list[dict]:
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
+                      fetch_max_wait_ms=100)
+    out = []
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        c.seek_to_beginning()
+        deadline = time.monotonic() + 10
+        while len(out) < want and time.monotonic() < deadline:
+            out += [msgpack.unpackb(r.value) for rs in c.poll(timeout_ms=100).values() for r in rs]
+        out += [msgpack.unpackb(r.value) for rs in c.poll(timeout_ms=300).values() for r in rs]
+    finally:
+        c.close()
+    return out
+
+
+def test_produce_jsonl_text_and_corpus(broker, tmp_path, capsys):
+    jl = tmp_path / "docs.jsonl"
+    jl.write_text('{"id": "a", "text": "wheat exports rose"}\nnot json\n\n{"id": 2, "tokens": ["oil", "price"]}\n')
+    txt = tmp_path / "lines.txt"
+    txt.write_text("first document here\n\nsecond document\n")
+    topic = f"cli-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+    assert main(["produce", "--bootstrap", broker.bootstrap, "--topic", topic, str(jl)]) == 0
+    assert main(["produce", "--bootstrap", broker.bootstrap, "--topic", topic, str(txt)]) == 0
+    assert main(["produce", "--bootstrap", broker.bootstrap, "--topic", topic, "--corpus", "r8",
+                 "--limit", "25"]) == 0
+    captured = capsys.readouterr()
+    assert "1 lines skipped" in captured.out and "not JSON" in captured.err
+    got = _count(broker.bootstrap, topic, 2 + 2 + 25)
+    assert len(got) == 29
+    assert got[:4] == [{"id": "a", "text": "wheat exports rose"}, {"id": 2, "tokens": ["oil", "price"]},
+                       {"id": "lines:1", "text": "first document here"}, {"id": "lines:3", "text": "second document"}]
+    r8 = load_reuters_r8("train")[:25]
+    assert got[4:] == [{"id": d.id, "text": d.text, "label": d.label} for d in r8]
+    assert main(["produce", "--bootstrap", broker.bootstrap, "--topic", topic]) == 2  # neither file nor corpus
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def test_demo_end_to_end_small(tmp_path):
+    """The embedded default on 300 documents: own broker, produce, daemon, summary, snapshot."""
+    t0 = time.monotonic()
+    res = _run("demo", "--docs", "300", "--topics", "5", "--batch", "50", "--no-color", "--dir",
+               str(tmp_path / "demo"), timeout=170)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    out = res.stdout
+    assert re.search(r"predictions\s+300\b", out) and re.search(r"dead letters\s+0\b", out)
+    assert re.search(r"docs\s+300/300", out)  # a progress line reached the end
+    assert len(re.findall(r"^\s+[0-4]\s+\w+( \w+){9}$", out, re.M)) == 5  # ten top words for each topic
+    snap = re.search(r"^snapshot\s+(\S+\.stsnap)$", out, re.M).group(1)
+    m = load_snapshot(snap)
+    assert m.state.docs_seen == 300 and m.n_topics == 5
+    assert (tmp_path / "demo" / "daemon.log").stat().st_size > 0
+    assert time.monotonic() - t0 < 170
