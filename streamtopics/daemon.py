@@ -68,7 +68,7 @@ from .stream.codec import (
     prediction_key,
 )
 from .stream.consumer import BatchingConsumer, RecordBatch
-from .stream.producer import OutMessage, PublishAborted, Publisher
+from .stream.producer import OutMessage, PublishJob, PublishPipeline, Publisher
 
 __all__ = ["Daemon", "SnapshotStore", "check_daemon_config", "model_from_config", "ensure_topics"]
 
@@ -287,14 +287,16 @@ class Daemon:
         self.epochs: dict[str, int] = {}
         self.consumer: BatchingConsumer | None = None
         self.publisher: Publisher | None = None
+        self.pipeline: PublishPipeline | None = None
+        self.acked: dict[str, int] = {}  # offsets whose predictions the broker has acknowledged
         self.last_snapshot: Path | None = None
         self._known_snapshots: set[str] = set()
         self._stop = threading.Event()
         self._started = threading.Event()
         self._finished = threading.Event()
         self._beat = time.monotonic()
-        self._dirty = False          # state differs from the newest snapshot
-        self._unacked = False        # a learned batch's predictions are not all acknowledged
+        self._dirty = False            # state differs from the newest snapshot
+        self._publish_failed = False   # a learned batch's predictions could not be published (shutdown)
         self._batches_since_snapshot = 0
         self._last_snapshot_mono = time.monotonic()
         self._snapshot_retry_at = 0.0
@@ -307,6 +309,8 @@ class Daemon:
         self._tokens_rate = 0.0
         self._last_status_words = 0.0
         self._last_progress_log = time.monotonic()
+        self._first_batch_at: float | None = None  # monotonic clock, for benchmarks and the demo
+        self._last_batch_at: float | None = None
         self.counts = {"documents": 0, "tokens": 0, "batches": 0, "dead_letters": 0, "predictions": 0}
         self.dead_by_reason: dict[str, int] = {}
         self.error: BaseException | None = None
@@ -445,6 +449,8 @@ class Daemon:
                 self.publisher = Publisher(self._producer_kwargs(), max_inflight=cfg.batch.max_inflight_predictions,
                                            flush_timeout_s=5.0)
                 self.publisher.connect()
+                self.pipeline = PublishPipeline(self.publisher, abort=self._stop.is_set,
+                                                max_pending=cfg.batch.max_inflight_predictions)
                 self.consumer = BatchingConsumer(
                     cfg.kafka.consumer_kwargs(), cfg.topics.input, max_docs=cfg.batch.max_docs,
                     max_wait_ms=cfg.batch.max_wait_ms, decode=self._decode, start_offset=self._start_offset,
@@ -454,6 +460,9 @@ class Daemon:
                                                       "input": cfg.topics.input, "group": cfg.kafka.group_id})
                 return
             except Exception as exc:  # noqa: BLE001 - broker away, auth, ...: retry
+                if self.pipeline is not None:
+                    self.pipeline.close()
+                    self.pipeline = None
                 if self.publisher is not None:
                     self.publisher.close(timeout_s=0)
                     self.publisher = None
@@ -525,9 +534,11 @@ class Daemon:
         return f"{key}~{epoch}" if epoch else key
 
     def _process(self, rb: RecordBatch) -> None:
+        """Decode, predict and learn one batch, then hand its messages to the publisher thread."""
         model = self.model
-        m = self.metrics
         t_start = time.perf_counter()
+        if self._first_batch_at is None:
+            self._first_batch_at = time.monotonic()
         now = time.time()
         docs: list[Document] = []
         srcs: list[tuple[Any, int | None]] = []
@@ -552,98 +563,108 @@ class Daemon:
                     "empty_document", "no token left after tokenization (stopwords, short or long words only)",
                     idx, rec.topic, rec.partition, rec.offset,
                     rec.value if idx is None else encode_document(docs[i])))
-        decode_s = rb.decode_seconds + (time.perf_counter() - t0)
+        stages = {"decode": rb.decode_seconds + (time.perf_counter() - t0), "predict": 0.0, "learn": 0.0}
 
         version = model.version  # the model that predicts (before learning this batch)
         n_tokens = 0
         theta = None
-        iterations = None
-        predict_s = learn_s = 0.0
         if keep:
             t0 = time.perf_counter()
             batch = model.prepare([tokens[i] for i in keep], grow=True)
-            decode_s += time.perf_counter() - t0
+            stages["decode"] += time.perf_counter() - t0
             res = model.process(batch, learn=True, batch_key=self._batch_key(rb))
             theta = model.theta(res.doc_topic)
             st = model.last_stats
-            predict_s, learn_s = st.get("local_seconds", 0.0), st.get("update_seconds", 0.0)
+            stages["predict"], stages["learn"] = st.get("local_seconds", 0.0), st.get("update_seconds", 0.0)
             n_tokens = int(batch.n_tokens)
-            iterations = st.get("iterations")
+            self._observe_inference(st)
         # Model and offsets move together, in memory, before anything else can happen.
         self.offsets[_tp_key(rb.topic, rb.partition)] = rb.next_offset
         self._dirty = True
-        self._unacked = True
+        self._update_model_metrics()
 
-        # Publish: dead letters and predictions; block until all are acknowledged.
-        t0 = time.perf_counter()
+        # Dead letters and predictions go out on the publisher thread while the next batch is learned.
         out: list[OutMessage] = []
         max_raw = self._max_raw_bytes()
         for dl in dead:
             out.append(OutMessage(self.cfg.topics.dead_letter, encode_dead_letter(dl, ts=now, max_raw_bytes=max_raw)))
+        origins: list[float] = []
         if theta is not None:
             for row, i in zip(_top_topics(theta), keep):
                 d = docs[i]
                 out.append(OutMessage(self.cfg.topics.output,
                                       encode_prediction(d.id, row, model_version=version, ts=now),
                                       key=prediction_key(d.id)))
-        try:
-            self.publisher.publish(out, abort=self._stop.is_set)
-        except PublishAborted as exc:
-            log.error("stopping with unacknowledged predictions: this batch is not snapshotted "
-                      "and will be read and learned again after restart",
-                      extra={"unacked": exc.unacked, "partition": rb.partition, "first_offset": rb.first_offset})
-            m.producer_pending.set(self.publisher.pending)
-            return
-        acked = time.time()
-        self._unacked = False
-        publish_s = time.perf_counter() - t0
-        self._broker_up = self.publisher.healthy and self.consumer.connected()
+                ts = srcs[i][0].timestamp
+                origins.append(d.ts if d.ts is not None else (ts / 1000.0 if ts and ts > 0 else math.nan))
+        meta = _BatchMeta(rb.tp, rb.first_offset, rb.next_offset, len(keep), n_tokens,
+                          [dl.reason for dl in dead], origins, stages, t_start)
+        if not self.pipeline.submit(PublishJob(out, meta), heartbeat=self._tick):
+            self._publish_failed = True
+            log.error("cannot hand predictions to the publisher (stopping while the broker is away): "
+                      "this batch will be read and learned again after restart",
+                      extra={"partition": rb.partition, "first_offset": rb.first_offset})
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("batch learned", extra={
+                "partition": rb.partition, "first_offset": rb.first_offset, "next_offset": rb.next_offset,
+                "docs": len(keep), "dead_letters": len(dead), "tokens": n_tokens, "version": model.version,
+                "complete": rb.complete})
+        self._batches_since_snapshot += 1
+        self._collect()
+        self._maybe_snapshot()
 
-        # Commit (advisory: the snapshot's offsets are the truth).
-        t0 = time.perf_counter()
-        self.consumer.commit({rb.tp: rb.next_offset})
-        commit_s = time.perf_counter() - t0
-
-        # Metrics.
-        n_docs = len(keep)
-        total_s = time.perf_counter() - t_start
-        m.observe_batch(n_docs, n_tokens)
-        for stage, sec in (("decode", decode_s), ("predict", predict_s), ("learn", learn_s),
-                           ("publish", publish_s), ("commit", commit_s), ("total", total_s)):
-            m.observe_stage(stage, sec)
-        for i in keep:
-            d = docs[i]
-            rec = srcs[i][0]
-            origin = d.ts if d.ts is not None else (rec.timestamp / 1000.0 if rec.timestamp and rec.timestamp > 0 else None)
-            if origin is not None:
-                m.end_to_end_latency.observe(max(0.0, acked - origin))
+    def _observe_inference(self, st: dict) -> None:
+        m = self.metrics
+        iterations = st.get("iterations")
         if iterations is not None:
             for it in np.asarray(iterations).tolist():
                 m.local_iterations.observe(it)
-            st = model.last_stats
-            if st.get("restarts_tried"):
-                m.restart_acceptance_ratio.set(st["restarts_accepted"] / st["restarts_tried"])
-            obj = st.get("objective_per_token")
-            if obj is not None and math.isfinite(obj):
-                m.objective_per_token.set(obj)
-        for dl in dead:
-            m.dead_letter(dl.reason)
-            self.dead_by_reason[dl.reason] = self.dead_by_reason.get(dl.reason, 0) + 1
-        self.counts["documents"] += n_docs
-        self.counts["tokens"] += n_tokens
-        self.counts["batches"] += 1
-        self.counts["dead_letters"] += len(dead)
-        self.counts["predictions"] += n_docs
-        self._rate_docs += n_docs
-        self._rate_tokens += n_tokens
-        self._update_model_metrics()
-        self._batches_since_snapshot += 1
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("batch processed", extra={
-                "partition": rb.partition, "first_offset": rb.first_offset, "next_offset": rb.next_offset,
-                "docs": n_docs, "dead_letters": len(dead), "tokens": n_tokens, "version": model.version,
-                "complete": rb.complete, "seconds": round(total_s, 4)})
-        self._maybe_snapshot()
+        if st.get("restarts_tried"):
+            m.restart_acceptance_ratio.set(st["restarts_accepted"] / st["restarts_tried"])
+        obj = st.get("objective_per_token")
+        if obj is not None and math.isfinite(obj):
+            m.objective_per_token.set(obj)
+
+    def _collect(self) -> None:
+        """Acknowledged batches: commit their offsets (advisory) and count them."""
+        if self.pipeline is None:
+            return
+        m = self.metrics
+        commit: dict[TopicPartition, int] = {}
+        for job in self.pipeline.completed():
+            meta = job.meta
+            if not job.ok:
+                self._publish_failed = True
+                continue
+            if meta is None:  # a snapshot announcement
+                continue
+            commit[meta.tp] = meta.next_offset
+            self.acked[_tp_key(meta.tp.topic, meta.tp.partition)] = meta.next_offset
+            m.observe_batch(meta.docs, meta.tokens)
+            for stage, sec in meta.stages.items():
+                m.observe_stage(stage, sec)
+            m.observe_stage("publish", job.publish_seconds)
+            for origin in meta.origins:
+                if origin == origin:  # not NaN
+                    m.end_to_end_latency.observe(max(0.0, job.acked_at - origin))
+            for reason in meta.dead:
+                m.dead_letter(reason)
+                self.dead_by_reason[reason] = self.dead_by_reason.get(reason, 0) + 1
+            c = self.counts
+            c["documents"] += meta.docs
+            c["tokens"] += meta.tokens
+            c["batches"] += 1
+            c["dead_letters"] += len(meta.dead)
+            c["predictions"] += meta.docs
+            self._rate_docs += meta.docs
+            self._rate_tokens += meta.tokens
+            self._last_batch_at = time.monotonic()
+            m.observe_stage("total", time.perf_counter() - meta.started)
+        if commit:
+            t0 = time.perf_counter()
+            self.consumer.commit_async(commit)
+            m.observe_stage("commit", time.perf_counter() - t0)
+        m.producer_pending.set(self.pipeline.pending_messages)
 
     def _max_raw_bytes(self) -> int:
         kw = self.cfg.kafka.extra_producer
@@ -655,6 +676,7 @@ class Daemon:
     def _housekeeping(self) -> None:
         m = self.metrics
         c = self.consumer
+        self._collect()
         up = c.connected() and (self.publisher.healthy if self.publisher is not None else False)
         if up != self._broker_up:
             log.log(logging.INFO if up else logging.WARNING, "broker up" if up else "broker unreachable",
@@ -668,7 +690,6 @@ class Daemon:
         lag = c.lag()
         for p, v in lag.items():
             m.set_lag(p, v)
-        m.producer_pending.set(self.publisher.pending if self.publisher is not None else 0)
         now = time.monotonic()
         dt = now - self._rate_t
         if dt >= 0.5:
@@ -695,7 +716,8 @@ class Daemon:
         st = {
             **self.counts,
             "dead_by_reason": dict(self.dead_by_reason),
-            "offsets": dict(self.offsets),
+            "offsets": dict(self.acked),  # published and acknowledged
+            "model_offsets": dict(self.offsets),  # learned by the model in memory
             "lag": dict(lag),
             "docs_per_s": self._docs_rate,
             "tokens_per_s": self._tokens_rate,
@@ -706,6 +728,8 @@ class Daemon:
             "ready": self.metrics.is_ready,
             "assigned": [tp.partition for tp in self._assigned],
             "last_snapshot": str(self.last_snapshot) if self.last_snapshot else None,
+            "first_batch_at": self._first_batch_at,
+            "last_batch_at": self._last_batch_at,
         }
         now = time.monotonic()
         if self.track_topics and self.model.state.initialized:
@@ -732,14 +756,18 @@ class Daemon:
                 self.metrics.snapshot_succeeded(None)
                 self._last_snapshot_mono = now
             return
-        if self._unacked or (not force and now < self._snapshot_retry_at):
+        if self._publish_failed or (not force and now < self._snapshot_retry_at):
             return
         self.snapshot()
 
     def snapshot(self) -> Path | None:
-        """Write a snapshot of the model with its offsets now. Returns the path, or None on failure."""
-        if self._unacked:
-            log.warning("not snapshotting: predictions of a learned batch are unacknowledged")
+        """Write a snapshot of the model with its offsets now, once every learned batch's
+        predictions are acknowledged. Returns the path, or None when it could not be written."""
+        if self.pipeline is not None:
+            self.pipeline.wait_idle(heartbeat=self._tick)  # normally milliseconds: acks of the last batch
+            self._collect()
+        if self._publish_failed:
+            log.warning("not snapshotting: predictions of a learned batch were not acknowledged")
             return None
         t0 = time.perf_counter()
         self._tick()
@@ -774,10 +802,10 @@ class Daemon:
         log.info("snapshot written", extra={
             "path": str(path), "version": self.model.version, "bytes": nbytes, "seconds": round(dt, 4),
             "offsets": dict(self.offsets), "pruned": [p.name for p in removed]})
-        if self.cfg.topics.snapshots and self.publisher is not None:
+        if self.cfg.topics.snapshots and self.pipeline is not None:
             ann = msgpack.packb({"path": str(path.resolve()), "version": self.model.version,
                                  "offsets": dict(self.offsets), "ts": time.time()}, use_bin_type=True)
-            self.publisher.send_nowait(OutMessage(self.cfg.topics.snapshots, ann, key=b"snapshot"))
+            self.pipeline.submit(PublishJob([OutMessage(self.cfg.topics.snapshots, ann, key=b"snapshot")]))
         return path
 
     def _after_failed_snapshot(self) -> None:
@@ -791,14 +819,25 @@ class Daemon:
     def _shutdown(self) -> None:
         self.metrics.set_ready(False)
         try:
+            if self.pipeline is not None:
+                # Broker up: the last predictions are acknowledged within milliseconds. Broker away:
+                # the publisher gives up (stop is set) and the final snapshot is skipped.
+                self.pipeline.wait_idle(heartbeat=self._tick)
+                self._collect()
             if self.model is not None and self._dirty:
-                if self._unacked:
+                if self._publish_failed:
                     log.warning("final snapshot skipped: a learned batch has unacknowledged predictions; "
                                 "it will be replayed from the previous snapshot")
                 else:
                     self.snapshot()
+            if self.consumer is not None:
+                final = {tp: self.acked[_tp_key(tp.topic, tp.partition)] for tp in self._assigned
+                         if _tp_key(tp.topic, tp.partition) in self.acked}
+                self.consumer.commit(final, timeout_s=5.0)
         except Exception as exc:  # noqa: BLE001
-            log.exception("final snapshot failed", extra={"error": repr(exc)})
+            log.exception("final snapshot or commit failed", extra={"error": repr(exc)})
+        if self.pipeline is not None:
+            self.pipeline.close()
         if self.publisher is not None:
             self.publisher.close(timeout_s=5.0)
         if self.consumer is not None:
@@ -810,6 +849,19 @@ class Daemon:
             "last_snapshot": str(self.last_snapshot) if self.last_snapshot else None})
         if self.model is not None:
             self._publish_status({})
+
+
+@dataclass
+class _BatchMeta:
+    tp: TopicPartition
+    first_offset: int
+    next_offset: int
+    docs: int
+    tokens: int
+    dead: list[str]
+    origins: list[float]
+    stages: dict[str, float]
+    started: float
 
 
 def _is_array(raw: bytes) -> bool:

@@ -375,6 +375,24 @@ class BatchingConsumer:
 
     # -- offsets -----------------------------------------------------------------------
 
+    def commit_async(self, offsets: dict[TopicPartition, int]) -> None:
+        """Commit ``{tp: next_offset}`` without waiting; failures are logged (the snapshot holds the truth)."""
+        c = self._consumer
+        if c is None or not offsets:
+            return
+
+        def done(committed, response):
+            if isinstance(response, BaseException):
+                self.last_error = repr(response)
+                log.warning("offset commit failed", extra={"error": repr(response), "offsets": {
+                    f"{tp.topic}:{tp.partition}": om.offset for tp, om in committed.items()}})
+
+        try:
+            c.commit_async({tp: OffsetAndMetadata(int(off), "", -1) for tp, off in offsets.items()}, callback=done)
+        except Exception as exc:  # noqa: BLE001
+            self.last_error = repr(exc)
+            log.warning("offset commit failed", extra={"error": repr(exc)})
+
     def commit(self, offsets: dict[TopicPartition, int], timeout_s: float = 10.0) -> bool:
         """Commit ``{tp: next_offset}`` to the group. Advisory (the snapshot holds the truth): errors are logged."""
         c = self._consumer

@@ -242,3 +242,119 @@ class Publisher:
         log.error("message dropped: it can never be delivered", extra={
             "topic": msg.topic, "bytes": len(msg.value), "key": (msg.key or b"")[:100].decode("utf-8", "replace"),
             "error": repr(exc)})
+
+
+@dataclass
+class PublishJob:
+    """One batch's messages, published in submission order by a ``PublishPipeline``."""
+
+    messages: list[OutMessage]
+    meta: Any = None
+    acked_at: float | None = None   # wall clock when the broker had acknowledged every message
+    publish_seconds: float = 0.0    # submission to acknowledgement
+    ok: bool = False
+    dropped: int = 0
+    _submitted: float = 0.0
+
+
+class PublishPipeline:
+    """Publishes jobs in order on one background thread.
+
+    The daemon hands over a learned batch's messages and goes on with the next batch
+    while kafka-python sends them (its Python-side work overlaps the numba kernels,
+    which release the GIL). ``completed()`` returns acknowledged jobs in order; the
+    caller commits offsets and snapshots only what is acknowledged. Backpressure:
+    ``submit`` blocks while more than ``max_pending`` messages are unacknowledged.
+    A job that could not be published (``PublishAborted`` at shutdown) fails it and
+    every later job: ``failed`` stays True.
+    """
+
+    def __init__(self, publisher: Publisher, *, abort: Callable[[], bool], max_pending: int = 10000) -> None:
+        self.publisher = publisher
+        self._abort = abort
+        self.max_pending = max(1, int(max_pending))
+        self._cond = threading.Condition()
+        self._queue: list[PublishJob] = []
+        self._done: list[PublishJob] = []
+        self._busy: PublishJob | None = None
+        self._pending = 0
+        self._closed = False
+        self.failed = False
+        self._thread = threading.Thread(target=self._run, name="streamtopics-publisher", daemon=True)
+        self._thread.start()
+
+    @property
+    def pending_messages(self) -> int:
+        return self._pending
+
+    @property
+    def idle(self) -> bool:
+        with self._cond:
+            return not self._queue and self._busy is None
+
+    def submit(self, job: PublishJob, heartbeat: Callable[[], None] = lambda: None) -> bool:
+        """Queue ``job``; waits (backpressure) while too much is unacknowledged. False if it cannot be queued."""
+        n = len(job.messages)
+        with self._cond:
+            while (self._pending > 0 and self._pending + n > self.max_pending and not self.failed
+                   and not self._closed):
+                if self._abort():
+                    break
+                self._cond.wait(0.1)
+                heartbeat()
+            if self.failed or self._closed or (self._pending > 0 and self._pending + n > self.max_pending):
+                self.failed = True
+                return False
+            job._submitted = time.perf_counter()
+            self._queue.append(job)
+            self._pending += n
+            self._cond.notify_all()
+        return True
+
+    def completed(self) -> list[PublishJob]:
+        """Jobs finished since the last call (acknowledged or failed), in submission order."""
+        with self._cond:
+            out, self._done = self._done, []
+        return out
+
+    def wait_idle(self, timeout_s: float | None = None, heartbeat: Callable[[], None] = lambda: None) -> bool:
+        """Wait until every submitted job has finished. True when idle."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._cond:
+            while self._queue or self._busy is not None:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+                self._cond.wait(0.1)
+                heartbeat()
+        return True
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                job = self._busy = self._queue.pop(0)
+            if not self.failed:
+                try:
+                    job.dropped = self.publisher.publish(job.messages, abort=self._abort)
+                    job.ok = True
+                    job.acked_at = time.time()
+                except PublishAborted:
+                    self.failed = True
+                except Exception as exc:  # noqa: BLE001 - a bug here must not kill the thread silently
+                    log.exception("publishing failed", extra={"error": repr(exc)})
+                    self.failed = True
+            job.publish_seconds = time.perf_counter() - job._submitted
+            with self._cond:
+                self._busy = None
+                self._pending -= len(job.messages)
+                self._done.append(job)
+                self._cond.notify_all()
