@@ -1,0 +1,788 @@
+"""Streaming multi-task linear classifier on topic proportions: the supervised head.
+
+One weight vector eta_y in R^K per label y on the documents' normalised topic counts
+zbar_d (multi-task formulation of LightMedLDA §4.1: multi-class = "label y vs rest"
+tasks that share the topics; multi-label = each label on/off; regression = one vector
+and a real response).  Every loss is handled through the same scale mixture
+(LightMedLDA §4.2): given an augmentation variable per (document, label), the
+pseudo-likelihood is Gaussian in omega_dy = eta_y^T zbar_d,
+
+    log psi_dy = kappa_dy * omega_dy - rho_dy * omega_dy^2 / 2   (+ terms free of eta, zbar)
+
+with (docs/supervised.md §2 derives each line)
+
+    hinge      1/lam ~ IG(1/(c|zeta|), 1), zeta = ell - y omega     rho = c^2/lam
+               (Gibbs MedLDA eq. 13)                                kappa = c y (1 + c ell / lam)
+    logistic   lam ~ PG(c, omega)  (Zhu et al. 2013 eq. 10)         rho = lam,  kappa = c y / 2
+    regression 1/lam ~ IG(1/(c|Delta-eps|), 1), 1/om ~ IG(1/(c|Delta+eps|), 1),
+               Delta = y - omega (Gibbs MedLDA eqs. 18-19)          rho = c^2 (1/lam + 1/om)
+                                                                    kappa = c^2 ((y-eps)/lam + (y+eps)/om)
+
+with y in {-1, +1} for classification.  ``rho`` and ``kappa`` (shape (D, L)) are
+exactly the per-document coefficients the topic samplers need: the regularised
+conditional of document d is quadratic in zbar_d with linear coefficient
+sum_y kappa_dy eta_y and quadratic weight sum_y rho_dy eta_y eta_y^T
+(see :func:`token_log_weights` and docs/supervised.md §4-5).
+
+Sampling eta (coordinate-wise Gibbs, LightMedLDA §3.4)
+------------------------------------------------------
+Given the augmentation, eta_y | rest is Gaussian with precision
+P = I/nu^2 + A_y + sum_d rho_dy zbar_d zbar_d^T and linear term r_y + sum_d kappa_dy zbar_d,
+where (A_y, r_y) are the carried statistics of earlier batches.  Each coordinate
+eta_yk | eta_y,-k is univariate normal (docs/supervised.md §3).  The current batch
+enters through residual bookkeeping (omega_dy = eta_y^T zbar_d kept up to date, CSC
+columns of zbar), costing O(nnz of column k); the carried prior enters through
+u_y = A_y eta_y kept up to date, O(K) per coordinate.  One sweep therefore costs
+O(L (nnz(zbar) + K^2)): no K x K inversion, no K^3, and - unlike forming the batch's
+precision sum_d rho zbar zbar^T (O(sum_d nnz_d^2) per augmentation draw) - the batch
+cost stays linear in nnz when the augmentation is redrawn every sweep.  The K^2 term
+is unavoidable once a streaming posterior is carried: a Gaussian prior that summarises
+thousands of earlier documents is a dense K x K precision.  (With K = 100 and L = 20
+that is 2e5 multiply-adds per sweep.)
+
+Streaming
+---------
+After a batch's sweeps, the batch is folded into the carried statistics with the
+averages of rho and kappa over the retained sweeps:
+A_y <- decay * A_y + sum_d rho_bar_dy zbar_d zbar_d^T, r_y <- decay * r_y + sum_d kappa_bar_dy zbar_d.
+That is the Gaussian whose natural parameters are the posterior expectations of the
+batch's (Gaussian-in-eta) pseudo-likelihood terms - the mean-field q(eta) update - and
+it becomes the prior for the next batch.  decay = 1 carries the posterior exactly in
+these statistics (A then B gives the statistics of A u B); decay < 1 forgets old
+batches geometrically (drift).  With a ``batch_key`` the batch's contribution is
+stored (CSR zbar, rho_bar, kappa_bar, current weight decay^age) and subtracted when the
+key is revisited, so memoized laps replace a batch instead of counting it twice.
+
+Determinism: numba's generator is reseeded at each stochastic call from
+SeedSequence([seed, call_index]); the call index is part of the snapshot, so a
+restored head continues with exactly the draws the original would have made.
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from . import samplers as _s
+from .labels import LabelVocabulary
+
+HINGE, LOGISTIC, REGRESSION = 0, 1, 2
+LOSSES = {"hinge": HINGE, "logistic": LOGISTIC, "regression": REGRESSION}
+TASKS = ("multiclass", "multilabel", "regression")
+DEFAULTS = {  # Gibbs MedLDA multi-class (c=1, ell=64); Zhu et al. 2013 binary (c=25); Gibbs MedLDA regression eps
+    "hinge": {"c": 1.0, "ell": 64.0, "epsilon": 0.0},
+    "logistic": {"c": 25.0, "ell": 0.0, "epsilon": 0.0},
+    "regression": {"c": 1.0, "ell": 0.0, "epsilon": 1e-3},
+}
+SNAPSHOT_KIND = "streamtopics.supervised.head"
+SNAPSHOT_FORMAT = 1
+
+
+# =========================================================================== numba kernels
+@njit(cache=True, nogil=True)
+def _augment(loss, c, ell, eps, pg_method, pg_tol, y, mask, omega, rho, kappa):
+    """Draw the augmentation of every (document, label) given omega = zbar eta^T.
+
+    Writes the Gaussian-in-omega coefficients rho, kappa (zeros where mask is False).
+    """
+    D, L = y.shape
+    inf = np.inf
+    # the PG chunk plan depends only on b = c: set it up once for the whole batch
+    n4, h_rem, n_rem, t_rem = 0, 1.0, 0, _s.TRUNC
+    if loss == LOGISTIC and pg_method == _s.METHOD_EXACT and c != 1.0:
+        n4, h_rem, n_rem, t_rem = _s._alt_plan(c)
+    for d in range(D):
+        for l in range(L):
+            if not mask[d, l]:
+                rho[d, l] = 0.0
+                kappa[d, l] = 0.0
+                continue
+            w = omega[d, l]
+            yy = y[d, l]
+            if loss == HINGE:
+                zeta = ell - yy * w  # Gibbs MedLDA §3.1
+                a = c * abs(zeta)
+                inv_lam = _s.ig(1.0 / a if a > 0.0 else inf, 1.0)  # eq. (13)
+                rho[d, l] = c * c * inv_lam  # eq. (11): Sigma^-1 += c^2 zbar zbar^T / lam
+                kappa[d, l] = c * yy * (1.0 + c * ell * inv_lam)  # eq. (11): c y (lam + c ell) / lam
+            elif loss == LOGISTIC:
+                if pg_method == _s.METHOD_GAMMA_SUM:
+                    lam = _s.pg_gamma_sum(c, w, pg_tol)
+                elif c == 1.0:
+                    lam = _s.pg1(w)
+                else:
+                    lam = _s._pg_alt_planned(0.5 * abs(w), n4, h_rem, n_rem, t_rem)
+                rho[d, l] = lam  # Zhu et al. 2013 eq. (10): lam ~ PG(c, omega)
+                kappa[d, l] = 0.5 * c * yy  # eq. (8): kappa = c (y01 - 1/2)
+            else:
+                dl = yy - w  # Gibbs MedLDA §3.5: Delta = y - eta^T zbar
+                a1 = c * abs(dl - eps)
+                a2 = c * abs(dl + eps)
+                il = _s.ig(1.0 / a1 if a1 > 0.0 else inf, 1.0)  # eq. (18)
+                io = _s.ig(1.0 / a2 if a2 > 0.0 else inf, 1.0)  # eq. (19)
+                rho[d, l] = c * c * (il + io)  # eq. (16) rho_d, times c^2
+                kappa[d, l] = c * c * ((yy - eps) * il + (yy + eps) * io)  # eq. (16) psi_d, times c^2
+
+
+@njit(cache=True, nogil=True)
+def _eta_sweep(eta, A, r, prior_prec, cptr, crow, cval, rho, kappa, omega, u):
+    """One coordinate-wise Gibbs sweep over every eta_yk (LightMedLDA §3.4).
+
+    eta_yk | rest ~ N(m, 1/p) with
+      p = 1/nu^2 + A_kk + sum_d rho_d zbar_dk^2
+      m = (r_k - (u_k - A_kk eta_k) + sum_d [kappa_d zbar_dk - rho_d zbar_dk (omega_d - zbar_dk eta_k)]) / p
+    keeping omega = zbar eta^T and u = A eta current after every move.
+    """
+    L, K = eta.shape
+    for l in range(L):
+        for k in range(K):
+            ek = eta[l, k]
+            akk = A[l, k, k]
+            prec = prior_prec + akk
+            lin = r[l, k] - (u[l, k] - akk * ek)
+            for p in range(cptr[k], cptr[k + 1]):
+                d = crow[p]
+                v = cval[p]
+                rd = rho[d, l]
+                prec += rd * v * v
+                lin += kappa[d, l] * v - rd * v * (omega[d, l] - v * ek)
+            new = lin / prec + np.random.standard_normal() / math.sqrt(prec)
+            delta = new - ek
+            eta[l, k] = new
+            for p in range(cptr[k], cptr[k + 1]):
+                omega[crow[p], l] += cval[p] * delta
+            for j in range(K):  # A symmetric: column k == row k
+                u[l, j] += A[l, k, j] * delta
+
+
+@njit(cache=True, nogil=True)
+def _gibbs_batch(loss, c, ell, eps, pg_method, pg_tol, y, mask, eta, A, r, prior_prec,
+                 cptr, crow, cval, omega, u, n_sweeps, burn_in,
+                 rho, kappa, rho_sum, kappa_sum, eta_sum, eta_sq_sum):
+    """n_sweeps of (augmentation | eta, then eta | augmentation); sums over retained sweeps."""
+    kept = 0
+    for s in range(n_sweeps):
+        _augment(loss, c, ell, eps, pg_method, pg_tol, y, mask, omega, rho, kappa)
+        _eta_sweep(eta, A, r, prior_prec, cptr, crow, cval, rho, kappa, omega, u)
+        if s >= burn_in:
+            kept += 1
+            rho_sum += rho
+            kappa_sum += kappa
+            eta_sum += eta
+            eta_sq_sum += eta * eta
+    return kept
+
+
+@njit(cache=True, nogil=True)
+def _eta_sweeps_traced(eta, A, r, prior_prec, cptr, crow, cval, rho, kappa, omega, u,
+                       n_sweeps, trace, eta_sum, eta_sq_sum, retain):
+    for s in range(n_sweeps):
+        _eta_sweep(eta, A, r, prior_prec, cptr, crow, cval, rho, kappa, omega, u)
+        if trace.shape[0] > 0:
+            trace[s] = eta
+        if retain:
+            eta_sum += eta
+            eta_sq_sum += eta * eta
+
+
+@njit(cache=True, nogil=True)
+def _fold(A, r, indptr, indices, data, rho, kappa, weight):
+    """A_l += weight sum_d rho_dl zbar_d zbar_d^T, r_l += weight sum_d kappa_dl zbar_d (CSR zbar).
+
+    O(L sum_d nnz_d^2): documents use few topics, so this is far below a dense K x K product.
+    Only the first rho.shape[1] labels are touched (a memoized batch predates later labels).
+    """
+    D, L = rho.shape
+    for d in range(D):
+        lo, hi = indptr[d], indptr[d + 1]
+        for l in range(L):
+            w = weight * rho[d, l]
+            kw = weight * kappa[d, l]
+            for p in range(lo, hi):
+                k = indices[p]
+                v = data[p]
+                r[l, k] += kw * v
+                if w != 0.0:
+                    wv = w * v
+                    for q in range(lo, hi):
+                        A[l, k, indices[q]] += wv * data[q]
+
+
+@njit(cache=True, nogil=True)
+def token_log_weights(eta, eta_sq, kappa_d, rho_d, m_d, inv_n, out):
+    """Supervised log-weight of every topic k for one token of document d.
+
+    out[k] = sum_y (kappa_dy/N - rho_dy m_dy/N^2) eta_yk - rho_dy eta_sq_yk / (2 N^2),  inv_n = 1/N_d.
+
+    Collapsed Gibbs / alias MH (Gibbs MedLDA eq. 12, Zhu et al. 2013 eq. 9): m_dy = eta_y^T C_d^-n
+    (the classifier re-weighted count without the token) and eta_sq = eta * eta, eta a sample.
+    Add ``out`` to the log of the unsupervised weight; it is the exp-proposal's log-density up
+    to a constant.  For a mean-field local step with uncertain eta use
+    :func:`token_log_weights_mf` (with eta_var = 0 the two agree).
+    """
+    L, K = eta.shape
+    for k in range(K):
+        out[k] = 0.0
+    n2 = inv_n * inv_n
+    for l in range(L):
+        a = kappa_d[l] * inv_n - rho_d[l] * m_d[l] * n2
+        b = 0.5 * rho_d[l] * n2
+        if a == 0.0 and b == 0.0:
+            continue
+        for k in range(K):
+            out[k] += a * eta[l, k] - b * eta_sq[l, k]
+
+
+@njit(cache=True, nogil=True)
+def token_log_weights_mf(eta_mean, eta_var, kappa_d, rho_d, m_d, cnt_minus, inv_n, out):
+    """Mean-field supervised weight (docs/supervised.md §5), q(eta_y) = prod_k N(eta_mean, eta_var):
+
+    out[k] = sum_y (kappa_dy/N - rho_dy m_dy/N^2) eta_mean_yk
+                   - rho_dy/(2 N^2) (eta_mean_yk^2 + eta_var_yk (1 + 2 cnt_minus_k))
+
+    with m_dy = eta_mean_y^T cnt_minus and cnt_minus = N phibar_d - phi_dn, the expected topic
+    counts of the document without this token (for a word type with count n_dw sharing phi_dw,
+    subtract phi_dw once).  eta_mean_yk^2 + eta_var_yk is the self-interaction E[eta_yk^2];
+    eta_var_yk cnt_minus_k comes from other tokens on the same topic (E[eta_yk eta_yk]).
+    rho_d, kappa_d are the augmentation expectations (SupervisedHead.expected_coefficients).
+    """
+    L, K = eta_mean.shape
+    for k in range(K):
+        out[k] = 0.0
+    n2 = inv_n * inv_n
+    for l in range(L):
+        a = kappa_d[l] * inv_n - rho_d[l] * m_d[l] * n2
+        b = 0.5 * rho_d[l] * n2
+        if a == 0.0 and b == 0.0:
+            continue
+        for k in range(K):
+            e = eta_mean[l, k]
+            out[k] += a * e - b * (e * e + eta_var[l, k] * (1.0 + 2.0 * cnt_minus[k]))
+
+
+@njit(cache=True, nogil=True)
+def token_log_weight(k, eta, eta_sq, kappa_d, rho_d, m_d, inv_n):
+    """One entry of :func:`token_log_weights`: O(L), for MH acceptance ratios."""
+    n2 = inv_n * inv_n
+    s = 0.0
+    for l in range(eta.shape[0]):
+        s += (kappa_d[l] * inv_n - rho_d[l] * m_d[l] * n2) * eta[l, k] - 0.5 * rho_d[l] * n2 * eta_sq[l, k]
+    return s
+
+
+# =========================================================================== helpers
+@dataclass(frozen=True)
+class Targets:
+    """Encoded targets of a batch: ``y`` (D, L) in {-1, +1} (or the response), ``mask`` (D, L)."""
+
+    y: np.ndarray
+    mask: np.ndarray
+
+    @property
+    def labelled(self) -> np.ndarray:
+        return self.mask.any(axis=1)
+
+
+@dataclass
+class _MemoRecord:
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    rho: np.ndarray
+    kappa: np.ndarray
+    weight: float
+
+
+def _csc(Z: np.ndarray):
+    """CSC columns of dense Z (D, K): (col_ptr (K+1,), rows, values) sorted by column."""
+    kk, dd = np.nonzero(Z.T)
+    cptr = np.zeros(Z.shape[1] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(kk, minlength=Z.shape[1]), out=cptr[1:])
+    return cptr, dd.astype(np.int64), np.ascontiguousarray(Z[dd, kk])
+
+
+def _csr(Z: np.ndarray):
+    dd, kk = np.nonzero(Z)
+    indptr = np.zeros(Z.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dd, minlength=Z.shape[0]), out=indptr[1:])
+    return indptr, kk.astype(np.int32), np.ascontiguousarray(Z[dd, kk])
+
+
+def _is_missing(t) -> bool:
+    return t is None or (isinstance(t, float) and math.isnan(t))
+
+
+# =========================================================================== the head
+class SupervisedHead:
+    """Streaming supervised head over topic proportions (see module docstring).
+
+    Parameters
+    ----------
+    n_topics : K, the length of zbar_d.
+    loss : "hinge" (Gibbs MedLDA), "logistic" (Pólya-Gamma) or "regression" (eps-insensitive).
+    task : "multiclass" | "multilabel" | "regression"; None infers it from the first
+        labelled target (str -> multiclass, list of str -> multilabel).
+    c, ell, epsilon : loss constants (regularisation constant, hinge margin ell, regression eps);
+        None takes the loss's default in ``DEFAULTS``.
+    prior_var : nu^2 of the isotropic prior eta_yk ~ N(0, nu^2).
+    decay : in (0, 1]; weight kept by the carried statistics at each batch.
+    gibbs_sweeps : sweeps per ``update`` (each: augmentation, then one coordinate sweep).
+    burn_in : sweeps discarded before averaging (default gibbs_sweeps // 2).
+    seed : integer seed of every draw.
+    pg_method : "exact" (Devroye / alternate) or "gamma_sum" (approximate, see samplers).
+    pg_tol : W2 tolerance (in standard deviations) of the gamma-sum method.
+    max_labels, on_overflow : label vocabulary cap and policy (see ``labels``).
+    memo_window : keep at most this many memoized batches (oldest subtracted); None = all.
+    """
+
+    def __init__(self, n_topics: int, loss: str = "hinge", *, task: str | None = None,
+                 c: float | None = None, ell: float | None = None, epsilon: float | None = None,
+                 prior_var: float = 1.0, decay: float = 1.0, gibbs_sweeps: int = 10,
+                 burn_in: int | None = None, seed: int = 0, pg_method: str = "exact",
+                 pg_tol: float = 1e-2, max_labels: int | None = None, on_overflow: str = "error",
+                 memo_window: int | None = None):
+        if not isinstance(n_topics, (int, np.integer)) or n_topics < 1:
+            raise ValueError(f"n_topics must be a positive int (got {n_topics!r})")
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be one of {sorted(LOSSES)} (got {loss!r})")
+        if loss == "regression":
+            if task not in (None, "regression"):
+                raise ValueError(f"loss='regression' needs task='regression' (got {task!r})")
+            task = "regression"
+        elif task not in (None, "multiclass", "multilabel"):
+            raise ValueError(f"task for a classification loss must be 'multiclass' or 'multilabel' (got {task!r})")
+        d = DEFAULTS[loss]
+        c = d["c"] if c is None else float(c)
+        ell = d["ell"] if ell is None else float(ell)
+        epsilon = d["epsilon"] if epsilon is None else float(epsilon)
+        if not (c > 0 and math.isfinite(c)):
+            raise ValueError(f"c must be positive (got {c})")
+        if loss == "hinge" and not ell > 0:
+            raise ValueError(f"ell must be positive for the hinge loss (got {ell})")
+        if not epsilon >= 0:
+            raise ValueError(f"epsilon must be >= 0 (got {epsilon})")
+        if not (prior_var > 0 and math.isfinite(prior_var)):
+            raise ValueError(f"prior_var must be positive (got {prior_var})")
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"decay must be in (0, 1] (got {decay})")
+        if not isinstance(gibbs_sweeps, (int, np.integer)) or gibbs_sweeps < 1:
+            raise ValueError(f"gibbs_sweeps must be a positive int (got {gibbs_sweeps!r})")
+        if burn_in is not None and (not isinstance(burn_in, (int, np.integer)) or burn_in < 0):
+            raise ValueError(f"burn_in must be a non-negative int or None (got {burn_in!r})")
+        if pg_method not in _s.METHODS:
+            raise ValueError(f"pg_method must be one of {sorted(_s.METHODS)} (got {pg_method!r})")
+        if loss == "logistic" and pg_method == "exact" and c < 1.0:
+            raise ValueError("exact PG sampling needs c >= 1; use pg_method='gamma_sum' for c < 1")
+        if not 0.0 < pg_tol < 1.0:
+            raise ValueError(f"pg_tol must be in (0, 1) (got {pg_tol})")
+        if memo_window is not None and (not isinstance(memo_window, (int, np.integer)) or memo_window < 1):
+            raise ValueError(f"memo_window must be a positive int or None (got {memo_window!r})")
+        self.n_topics = int(n_topics)
+        self.loss = loss
+        self.task = task
+        self.c, self.ell, self.epsilon = c, ell, epsilon
+        self.prior_var = float(prior_var)
+        self.decay = float(decay)
+        self.gibbs_sweeps = int(gibbs_sweeps)
+        self.burn_in = None if burn_in is None else int(burn_in)
+        self.seed = int(seed)
+        self.pg_method = pg_method
+        self.pg_tol = float(pg_tol)
+        self.memo_window = None if memo_window is None else int(memo_window)
+        self.labels = LabelVocabulary(max_labels, on_overflow)
+        K = self.n_topics
+        L0 = 1 if task == "regression" else 0
+        self.eta = np.zeros((L0, K))          # current Gibbs sample (chain state)
+        self.eta_mean = np.zeros((L0, K))     # average of the retained samples of the last batch
+        self.eta_sq_mean = np.full((L0, K), self.prior_var)  # their second moments E[eta^2]
+        self.A = np.zeros((L0, K, K))         # carried precision (data part), per label
+        self.r = np.zeros((L0, K))            # carried linear term, per label
+        self._memo: OrderedDict = OrderedDict()
+        self.n_calls = 0                      # index of the next RNG stream
+        self.n_updates = 0
+        self.docs_seen = 0
+        self._acc_sum = np.zeros((L0, K))
+        self._acc_sq = np.zeros((L0, K))
+        self._acc_n = 0
+
+    # ------------------------------------------------------------------ parameters
+    def get_params(self) -> dict:
+        return {"n_topics": self.n_topics, "loss": self.loss, "task": self.task, "c": self.c,
+                "ell": self.ell, "epsilon": self.epsilon, "prior_var": self.prior_var,
+                "decay": self.decay, "gibbs_sweeps": self.gibbs_sweeps, "burn_in": self.burn_in,
+                "seed": self.seed, "pg_method": self.pg_method, "pg_tol": self.pg_tol,
+                "max_labels": self.labels.max_labels, "on_overflow": self.labels.on_overflow,
+                "memo_window": self.memo_window}
+
+    @property
+    def n_labels(self) -> int:
+        """Rows of eta: the number of labels (1 for regression)."""
+        return self.eta.shape[0]
+
+    @property
+    def prior_prec(self) -> float:
+        return 1.0 / self.prior_var
+
+    # ------------------------------------------------------------------ targets
+    def _infer_task(self, targets) -> None:
+        if self.task is not None:
+            return
+        for t in targets:
+            if _is_missing(t):
+                continue
+            if isinstance(t, str):
+                self.task = "multiclass"
+            elif isinstance(t, (list, tuple, set, frozenset)):
+                self.task = "multilabel"
+            else:
+                raise TypeError(f"classification targets must be str (multi-class) or lists of str "
+                                f"(multi-label); got {type(t).__name__} {t!r}")
+            return
+
+    def encode_targets(self, targets, grow: bool = True, unknown: str = "ignore") -> Targets:
+        """Encode one batch of targets; ``grow`` adds new labels (training), else lookup only.
+
+        multi-class: list of str or None (unlabelled); a labelled document is +1 for its label
+        and -1 for every other label.  multi-label: list of lists of str or None; +1 for the
+        listed labels, -1 for the others.  regression: floats, None or NaN for unlabelled.
+        With ``grow=False`` an unknown label raises (``unknown="error"``) or is dropped, the
+        document staying a negative for every known label (``unknown="ignore"``).
+        """
+        targets = list(targets)
+        D = len(targets)
+        if self.task == "regression":
+            yv = np.array([np.nan if _is_missing(t) else float(t) for t in targets], dtype=np.float64).reshape(D, 1)
+            mask = np.isfinite(yv)
+            if np.isinf(yv).any():
+                raise ValueError("regression targets must be finite (None or NaN for unlabelled)")
+            return Targets(np.where(mask, yv, 0.0), mask)
+        self._infer_task(targets)
+        per_doc: list[list[str] | None] = []
+        for t in targets:
+            if _is_missing(t):
+                per_doc.append(None)
+            elif self.task == "multiclass":
+                if not isinstance(t, str):
+                    raise TypeError(f"multi-class targets must be str or None (got {type(t).__name__} {t!r})")
+                per_doc.append([t])
+            else:
+                if isinstance(t, str) or not isinstance(t, (list, tuple, set, frozenset)):
+                    raise TypeError(f"multi-label targets must be lists of str or None (got {t!r})")
+                per_doc.append(list(t))
+        flat = [lab for labs in per_doc if labs is not None for lab in labs]
+        idx = self.labels.encode(flat, grow=grow, unknown=unknown)
+        if grow:
+            self._grow()
+        L = self.n_labels
+        y = -np.ones((D, L))
+        mask = np.zeros((D, L), dtype=bool)
+        pos = 0
+        for d, labs in enumerate(per_doc):
+            if labs is None:
+                continue
+            mask[d, :] = True
+            for i in idx[pos:pos + len(labs)]:
+                if i >= 0:
+                    y[d, i] = 1.0
+            pos += len(labs)
+        return Targets(y, mask)
+
+    def _grow(self) -> None:
+        """New labels -> new eta rows at the prior (mean 0), empty carried statistics."""
+        L, K = self.n_labels, self.n_topics
+        n = len(self.labels) - L
+        if n <= 0:
+            return
+        self.eta = np.vstack([self.eta, np.zeros((n, K))])
+        self.eta_mean = np.vstack([self.eta_mean, np.zeros((n, K))])
+        self.eta_sq_mean = np.vstack([self.eta_sq_mean, np.full((n, K), self.prior_var)])
+        self.A = np.concatenate([self.A, np.zeros((n, K, K))])
+        self.r = np.vstack([self.r, np.zeros((n, K))])
+        self._acc_sum = np.vstack([self._acc_sum, np.zeros((n, K))])
+        self._acc_sq = np.vstack([self._acc_sq, np.zeros((n, K))])
+
+    # ------------------------------------------------------------------ checks
+    def _zbar(self, zbar) -> np.ndarray:
+        Z = np.ascontiguousarray(zbar, dtype=np.float64)
+        if Z.ndim != 2 or Z.shape[1] != self.n_topics:
+            raise ValueError(f"zbar must have shape (n_docs, {self.n_topics}) (got {Z.shape})")
+        if not np.all(np.isfinite(Z)) or (Z < 0).any():
+            raise ValueError("zbar must be finite and non-negative (normalised topic counts)")
+        return Z
+
+    def _coefs(self, rho, kappa, D) -> tuple[np.ndarray, np.ndarray]:
+        rho = np.ascontiguousarray(rho, dtype=np.float64)
+        kappa = np.ascontiguousarray(kappa, dtype=np.float64)
+        if rho.shape != (D, self.n_labels) or kappa.shape != (D, self.n_labels):
+            raise ValueError(f"rho and kappa must have shape ({D}, {self.n_labels}) "
+                             f"(got {rho.shape}, {kappa.shape})")
+        if (rho < 0).any() or not np.all(np.isfinite(rho)) or not np.all(np.isfinite(kappa)):
+            raise ValueError("rho must be finite and >= 0, kappa finite")
+        return rho, kappa
+
+    def _reseed(self) -> None:
+        s = int(np.random.SeedSequence([self.seed, self.n_calls]).generate_state(1)[0])
+        self.n_calls += 1
+        _s.seed(s)
+
+    @staticmethod
+    def _check_key(batch_key):
+        if batch_key is None:
+            return
+        if isinstance(batch_key, bool) or not isinstance(batch_key, (str, int)):
+            raise TypeError(f"batch_key must be str or int (it goes into msgpack snapshots); got {batch_key!r}")
+
+    # ------------------------------------------------------------------ building blocks
+    def omega(self, zbar, eta: np.ndarray | None = None) -> np.ndarray:
+        """omega_dy = eta_y^T zbar_d, shape (D, L); default eta is the current chain sample."""
+        Z = self._zbar(zbar)
+        return Z @ (self.eta if eta is None else eta).T
+
+    def sample_augmentation(self, zbar, targets) -> tuple[np.ndarray, np.ndarray]:
+        """Draw the augmentation given the current eta sample; return (rho, kappa), each (D, L).
+
+        ``targets`` is a :class:`Targets` (or raw targets, encoded with ``grow=True``).
+        These are the per-document coefficients of the regularised conditional:
+        log psi_d = sum_y kappa_dy eta_y^T zbar_d - rho_dy (eta_y^T zbar_d)^2 / 2.
+        """
+        Z = self._zbar(zbar)
+        tg = targets if isinstance(targets, Targets) else self.encode_targets(targets, grow=True)
+        if tg.y.shape != (Z.shape[0], self.n_labels):
+            raise ValueError(f"targets encode {tg.y.shape}, expected ({Z.shape[0]}, {self.n_labels})")
+        om = np.ascontiguousarray(Z @ self.eta.T)
+        rho = np.zeros(om.shape)
+        kappa = np.zeros(om.shape)
+        self._reseed()
+        _augment(LOSSES[self.loss], self.c, self.ell, self.epsilon, _s.METHODS[self.pg_method], self.pg_tol,
+                 np.ascontiguousarray(tg.y), np.ascontiguousarray(tg.mask), om, rho, kappa)
+        return rho, kappa
+
+    def sample_eta(self, zbar, rho, kappa, n_sweeps: int = 1, retain: bool = False,
+                   trace: bool = False) -> np.ndarray | None:
+        """Coordinate-wise Gibbs sweeps of eta given the batch's augmentation (rho, kappa).
+
+        The prior is N(0, nu^2 I) plus the carried statistics (A, r).  ``retain`` adds each
+        sample to the batch average that :meth:`end_batch` publishes as ``eta_mean``;
+        ``trace`` returns the samples, shape (n_sweeps, L, K).
+        """
+        Z = self._zbar(zbar)
+        rho, kappa = self._coefs(rho, kappa, Z.shape[0])
+        cptr, crow, cval = _csc(Z)
+        om = np.ascontiguousarray(Z @ self.eta.T)
+        u = np.einsum("lkj,lj->lk", self.A, self.eta)
+        tr = np.zeros((n_sweeps if trace else 0, self.n_labels, self.n_topics))
+        self._reseed()
+        _eta_sweeps_traced(self.eta, self.A, self.r, self.prior_prec, cptr, crow, cval, rho, kappa,
+                           om, u, int(n_sweeps), tr, self._acc_sum, self._acc_sq, bool(retain))
+        if retain:
+            self._acc_n += int(n_sweeps)
+        return tr if trace else None
+
+    def begin_batch(self, batch_key=None) -> None:
+        """Start a batch: subtract the memoized contribution of ``batch_key``, apply the decay."""
+        self._check_key(batch_key)
+        if batch_key is not None and batch_key in self._memo:
+            self._subtract(self._memo.pop(batch_key))
+        if self.decay < 1.0:
+            self.A *= self.decay
+            self.r *= self.decay
+            for rec in self._memo.values():
+                rec.weight *= self.decay
+        self._acc_sum[:] = 0.0
+        self._acc_sq[:] = 0.0
+        self._acc_n = 0
+
+    def end_batch(self, zbar, rho, kappa, batch_key=None) -> None:
+        """Fold the batch (averaged rho, kappa) into the carried statistics; memoize it by key.
+
+        Also publishes the average of the samples retained since :meth:`begin_batch`.
+        """
+        self._check_key(batch_key)
+        Z = self._zbar(zbar)
+        rho, kappa = self._coefs(rho, kappa, Z.shape[0])
+        indptr, indices, data = _csr(Z)
+        _fold(self.A, self.r, indptr, indices, data, rho, kappa, 1.0)
+        if batch_key is not None:
+            self._memo[batch_key] = _MemoRecord(indptr, indices, data, rho.copy(), kappa.copy(), 1.0)
+            while self.memo_window is not None and len(self._memo) > self.memo_window:
+                _, old = self._memo.popitem(last=False)
+                self._subtract(old)
+        if self._acc_n > 0:
+            self.eta_mean = self._acc_sum / self._acc_n
+            self.eta_sq_mean = self._acc_sq / self._acc_n
+        self.n_updates += 1
+        self.docs_seen += int(((rho > 0) | (kappa != 0)).any(axis=1).sum())
+
+    def _subtract(self, rec: _MemoRecord) -> None:
+        _fold(self.A, self.r, rec.indptr, rec.indices, rec.data, rec.rho, rec.kappa, -rec.weight)
+
+    # ------------------------------------------------------------------ one call per batch
+    def update(self, zbar, targets, batch_key=None, n_sweeps: int | None = None) -> dict:
+        """Learn from one batch of (zbar, targets): augmentation + coordinate Gibbs sweeps.
+
+        Equivalent to begin_batch -> n_sweeps x (sample_augmentation, sample_eta) ->
+        end_batch(rho and kappa averaged over the retained sweeps), in one numba call.
+        Unlabelled documents are skipped.  Returns a small dict of counters.
+        """
+        Z = self._zbar(zbar)
+        targets = list(targets)
+        if len(targets) != Z.shape[0]:
+            raise ValueError(f"{len(targets)} targets for {Z.shape[0]} documents")
+        n_before = len(self.labels)
+        tg = self.encode_targets(targets, grow=True)
+        self.begin_batch(batch_key)
+        rows = tg.labelled
+        Zl = np.ascontiguousarray(Z[rows])
+        y = np.ascontiguousarray(tg.y[rows])
+        mask = np.ascontiguousarray(tg.mask[rows])
+        n_sweeps = self.gibbs_sweeps if n_sweeps is None else int(n_sweeps)
+        if n_sweeps < 1:
+            raise ValueError(f"n_sweeps must be >= 1 (got {n_sweeps})")
+        burn = n_sweeps // 2 if self.burn_in is None else self.burn_in
+        burn = min(burn, n_sweeps - 1)
+        L = self.n_labels
+        rho = np.zeros((Zl.shape[0], L))
+        kappa = np.zeros((Zl.shape[0], L))
+        kept = 0
+        if Zl.shape[0] > 0 and L > 0:
+            cptr, crow, cval = _csc(Zl)
+            om = np.ascontiguousarray(Zl @ self.eta.T)
+            u = np.einsum("lkj,lj->lk", self.A, self.eta)
+            rho_sum = np.zeros_like(rho)
+            kappa_sum = np.zeros_like(rho)
+            self._reseed()
+            kept = _gibbs_batch(LOSSES[self.loss], self.c, self.ell, self.epsilon, _s.METHODS[self.pg_method],
+                                self.pg_tol, y, mask, self.eta, self.A, self.r, self.prior_prec,
+                                cptr, crow, cval, om, u, n_sweeps, burn, rho, kappa,
+                                rho_sum, kappa_sum, self._acc_sum, self._acc_sq)
+            self._acc_n += kept
+            rho = rho_sum / kept
+            kappa = kappa_sum / kept
+        self.end_batch(Zl, rho, kappa, batch_key)
+        return {"n_docs": int(Z.shape[0]), "n_labelled": int(Zl.shape[0]), "n_labels": L,
+                "new_labels": self.labels.labels[n_before:], "sweeps": n_sweeps, "retained": kept}
+
+    # ------------------------------------------------------------------ prediction
+    def scores(self, zbar) -> np.ndarray:
+        """Per-label scores eta_mean_y^T zbar_d, shape (D, n_labels) (regression: the prediction)."""
+        return self._zbar(zbar) @ self.eta_mean.T
+
+    def predict(self, zbar) -> list:
+        """multi-class: argmax label (None if no label is known yet); multi-label: the labels
+        with a positive score; regression: floats."""
+        S = self.scores(zbar)
+        if self.task == "regression":
+            return [float(v) for v in S[:, 0]]
+        if self.n_labels == 0:
+            return [None if self.task != "multilabel" else [] for _ in range(S.shape[0])]
+        if self.task == "multilabel":
+            return [[self.labels[i] for i in np.flatnonzero(row > 0)] for row in S]
+        return self.labels.decode(np.argmax(S, axis=1))
+
+    # ------------------------------------------------------------------ variational coefficients
+    def expected_coefficients(self, e_omega, e_omega_sq, targets) -> tuple[np.ndarray, np.ndarray]:
+        """Mean-field (rho, kappa): the expectations under q(lam) given E[omega], E[omega^2].
+
+        q(lam) prop. to exp(E_q log phi(y, lam | z, eta)) (docs/supervised.md §5):
+          hinge      E[1/lam] = 1/(c sqrt(E zeta^2)),  E zeta^2 = ell^2 - 2 ell y E omega + E omega^2
+          logistic   q(lam) = PG(c, sqrt(E omega^2)),  E lam = c tanh(w/2)/(2w)
+          regression E[1/lam] = 1/(c sqrt(E (y-eps-omega)^2)), E[1/om] likewise with y+eps
+        and then rho, kappa as in the sampler.  Shapes (D, L).
+        """
+        tg = targets if isinstance(targets, Targets) else self.encode_targets(targets, grow=False)
+        m = np.asarray(e_omega, dtype=np.float64)
+        s = np.asarray(e_omega_sq, dtype=np.float64)
+        if m.shape != tg.y.shape or s.shape != tg.y.shape:
+            raise ValueError(f"e_omega and e_omega_sq must have shape {tg.y.shape}")
+        if (s < m * m - 1e-12 * np.maximum(1.0, m * m)).any():
+            raise ValueError("e_omega_sq must be >= e_omega^2")
+        y, c, ell, eps = tg.y, self.c, self.ell, self.epsilon
+        tiny = 1e-300
+        with np.errstate(divide="ignore"):
+            if self.loss == "hinge":
+                ez2 = np.maximum(ell * ell - 2.0 * ell * y * m + s, tiny)
+                il = 1.0 / (c * np.sqrt(ez2))
+                rho, kappa = c * c * il, c * y * (1.0 + c * ell * il)
+            elif self.loss == "logistic":
+                w = np.sqrt(np.maximum(s, 0.0))
+                small = w < 1e-6
+                el = np.where(small, c * (0.25 - w * w / 48.0), c * np.tanh(0.5 * w) / (2.0 * np.where(small, 1.0, w)))
+                rho, kappa = el, 0.5 * c * y
+            else:
+                e1 = np.maximum((y - eps) ** 2 - 2.0 * (y - eps) * m + s, tiny)
+                e2 = np.maximum((y + eps) ** 2 - 2.0 * (y + eps) * m + s, tiny)
+                il, io = 1.0 / (c * np.sqrt(e1)), 1.0 / (c * np.sqrt(e2))
+                rho, kappa = c * c * (il + io), c * c * ((y - eps) * il + (y + eps) * io)
+        return np.where(tg.mask, rho, 0.0), np.where(tg.mask, kappa, 0.0)
+
+    # ------------------------------------------------------------------ snapshots
+    def state(self) -> tuple[dict, dict]:
+        """(msgpack-able header, dict of numpy arrays); never pickle."""
+        memo_meta = []
+        parts = {"indptr": [], "indices": [], "data": [], "rho": [], "kappa": []}
+        for key, rec in self._memo.items():
+            memo_meta.append([key, float(rec.weight), int(rec.indptr.shape[0] - 1), int(rec.rho.shape[1]),
+                              int(rec.indices.shape[0])])
+            parts["indptr"].append(rec.indptr)
+            parts["indices"].append(rec.indices)
+            parts["data"].append(rec.data)
+            parts["rho"].append(rec.rho.ravel())
+            parts["kappa"].append(rec.kappa.ravel())
+        header = {"kind": SNAPSHOT_KIND, "format": SNAPSHOT_FORMAT, "params": self.get_params(),
+                  "task": self.task, "labels": self.labels.state(), "n_calls": self.n_calls,
+                  "n_updates": self.n_updates, "docs_seen": self.docs_seen, "memo": memo_meta,
+                  "acc_n": self._acc_n}
+        cat = {"indptr": np.int64, "indices": np.int32, "data": np.float64, "rho": np.float64, "kappa": np.float64}
+        arrays = {"eta": self.eta.copy(), "eta_mean": self.eta_mean.copy(), "eta_sq_mean": self.eta_sq_mean.copy(),
+                  "A": self.A.copy(), "r": self.r.copy(), "acc_sum": self._acc_sum.copy(),
+                  "acc_sq": self._acc_sq.copy()}
+        for name, dt in cat.items():
+            arrays["memo_" + name] = (np.concatenate(parts[name]).astype(dt) if parts[name]
+                                      else np.zeros(0, dtype=dt))
+        return header, arrays
+
+    @classmethod
+    def restore(cls, header: dict, arrays: dict) -> "SupervisedHead":
+        if header.get("kind") != SNAPSHOT_KIND:
+            raise ValueError(f"not a supervised-head state (kind={header.get('kind')!r})")
+        if header.get("format") != SNAPSHOT_FORMAT:
+            raise ValueError(f"unsupported supervised-head state format {header.get('format')!r}")
+        p = dict(header["params"])
+        p["task"] = header.get("task", p.get("task"))
+        head = cls(**p)
+        head.labels = LabelVocabulary.restore(header["labels"])
+        eta = np.asarray(arrays["eta"])
+        if eta.ndim != 2:
+            raise ValueError(f"state array eta must be 2-d (got shape {eta.shape})")
+        L, K = eta.shape
+        if K != head.n_topics or (head.task != "regression" and L != len(head.labels)):
+            raise ValueError(f"state arrays hold {L} x {K}, header says {len(head.labels)} labels x {head.n_topics}")
+        for name in ("eta", "eta_mean", "eta_sq_mean", "r"):
+            setattr(head, name, np.array(arrays[name], dtype=np.float64).reshape(L, K))
+        head.A = np.array(arrays["A"], dtype=np.float64).reshape(L, K, K)
+        head._acc_sum = np.array(arrays["acc_sum"], dtype=np.float64).reshape(L, K)
+        head._acc_sq = np.array(arrays["acc_sq"], dtype=np.float64).reshape(L, K)
+        head._acc_n = int(header.get("acc_n", 0))
+        head.n_calls = int(header["n_calls"])
+        head.n_updates = int(header["n_updates"])
+        head.docs_seen = int(header["docs_seen"])
+        o = {"indptr": 0, "indices": 0, "data": 0, "rho": 0, "kappa": 0}
+        for key, weight, n_docs, n_rows, nnz in header["memo"]:
+            def take(name, n):
+                a = np.array(arrays["memo_" + name][o[name]:o[name] + n])
+                if a.shape[0] != n:
+                    raise ValueError(f"memo array {name} is truncated")
+                o[name] += n
+                return a
+            indptr = take("indptr", n_docs + 1).astype(np.int64)
+            rec = _MemoRecord(indptr, take("indices", nnz).astype(np.int32), take("data", nnz),
+                              take("rho", n_docs * n_rows).reshape(n_docs, n_rows),
+                              take("kappa", n_docs * n_rows).reshape(n_docs, n_rows), float(weight))
+            head._memo[key] = rec
+        return head
+
+    def memo_keys(self) -> list:
+        return list(self._memo.keys())
