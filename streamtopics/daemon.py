@@ -45,6 +45,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,7 @@ TOP_TOPICS = 10          # at most this many [topic, proportion] pairs per predi
 MIN_TOPIC_PROB = 0.01    # ... each at least this large (the largest one is always kept)
 RATE_TAU_S = 10.0        # time constant of the docs/s and tokens/s moving averages
 PROGRESS_LOG_S = 30.0    # an INFO "progress" line this often
+COMMIT_INTERVAL_S = 1.0  # acknowledged offsets are committed to the group at most this often
 _SNAPSHOT_RE = re.compile(r"^model-(\d{12,})-(\d{8}T\d{6}Z)\.stsnap$")
 
 
@@ -289,6 +291,8 @@ class Daemon:
         self.publisher: Publisher | None = None
         self.pipeline: PublishPipeline | None = None
         self.acked: dict[str, int] = {}  # offsets whose predictions the broker has acknowledged
+        self._to_commit: dict[TopicPartition, int] = {}
+        self._last_commit = 0.0
         self.last_snapshot: Path | None = None
         self._known_snapshots: set[str] = set()
         self._stop = threading.Event()
@@ -297,6 +301,8 @@ class Daemon:
         self._beat = time.monotonic()
         self._dirty = False            # state differs from the newest snapshot
         self._publish_failed = False   # a learned batch's predictions could not be published (shutdown)
+        self._gil_free = threading.Event()  # clear while this thread tokenizes (see PublishPipeline)
+        self._gil_free.set()
         self._batches_since_snapshot = 0
         self._last_snapshot_mono = time.monotonic()
         self._snapshot_retry_at = 0.0
@@ -450,7 +456,8 @@ class Daemon:
                                            flush_timeout_s=5.0)
                 self.publisher.connect()
                 self.pipeline = PublishPipeline(self.publisher, abort=self._stop.is_set,
-                                                max_pending=cfg.batch.max_inflight_predictions)
+                                                max_pending=cfg.batch.max_inflight_predictions,
+                                                gate=self._gil_free)
                 self.consumer = BatchingConsumer(
                     cfg.kafka.consumer_kwargs(), cfg.topics.input, max_docs=cfg.batch.max_docs,
                     max_wait_ms=cfg.batch.max_wait_ms, decode=self._decode, start_offset=self._start_offset,
@@ -551,6 +558,7 @@ class Daemon:
 
         # Tokenize; documents left with no token are dead letters, not predictions.
         t0 = time.perf_counter()
+        self._gil_free.clear()
         tokens = model.tokenize([d.text if d.text is not None else d.tokens for d in docs]) if docs else []
         keep = [i for i, t in enumerate(tokens) if t]
         if len(keep) < len(docs):
@@ -572,34 +580,33 @@ class Daemon:
             t0 = time.perf_counter()
             batch = model.prepare([tokens[i] for i in keep], grow=True)
             stages["decode"] += time.perf_counter() - t0
+            self._gil_free.set()
             res = model.process(batch, learn=True, batch_key=self._batch_key(rb))
             theta = model.theta(res.doc_topic)
             st = model.last_stats
             stages["predict"], stages["learn"] = st.get("local_seconds", 0.0), st.get("update_seconds", 0.0)
             n_tokens = int(batch.n_tokens)
             self._observe_inference(st)
+        self._gil_free.set()
         # Model and offsets move together, in memory, before anything else can happen.
         self.offsets[_tp_key(rb.topic, rb.partition)] = rb.next_offset
         self._dirty = True
         self._update_model_metrics()
 
-        # Dead letters and predictions go out on the publisher thread while the next batch is learned.
-        out: list[OutMessage] = []
-        max_raw = self._max_raw_bytes()
-        for dl in dead:
-            out.append(OutMessage(self.cfg.topics.dead_letter, encode_dead_letter(dl, ts=now, max_raw_bytes=max_raw)))
+        # Dead letters and predictions are encoded and sent on the publisher thread while the
+        # next batch is learned.
         origins: list[float] = []
-        if theta is not None:
-            for row, i in zip(_top_topics(theta), keep):
-                d = docs[i]
-                out.append(OutMessage(self.cfg.topics.output,
-                                      encode_prediction(d.id, row, model_version=version, ts=now),
-                                      key=prediction_key(d.id)))
-                ts = srcs[i][0].timestamp
-                origins.append(d.ts if d.ts is not None else (ts / 1000.0 if ts and ts > 0 else math.nan))
+        ids: list = []
+        for i in keep:
+            d = docs[i]
+            ids.append(d.id)
+            ts = srcs[i][0].timestamp
+            origins.append(d.ts if d.ts is not None else (ts / 1000.0 if ts and ts > 0 else math.nan))
+        build = partial(self._encode_batch, dead, ids, theta, version, now)
         meta = _BatchMeta(rb.tp, rb.first_offset, rb.next_offset, len(keep), n_tokens,
                           [dl.reason for dl in dead], origins, stages, t_start)
-        if not self.pipeline.submit(PublishJob(out, meta), heartbeat=self._tick):
+        if not self.pipeline.submit(PublishJob([], meta, build=build, size=len(dead) + len(ids)),
+                                    heartbeat=self._tick):
             self._publish_failed = True
             log.error("cannot hand predictions to the publisher (stopping while the broker is away): "
                       "this batch will be read and learned again after restart",
@@ -612,6 +619,20 @@ class Daemon:
         self._batches_since_snapshot += 1
         self._collect()
         self._maybe_snapshot()
+
+    def _encode_batch(self, dead: list[DeadLetter], ids: list, theta: np.ndarray | None, version: int,
+                      now: float) -> list[OutMessage]:
+        """The batch's messages (runs on the publisher thread): dead letters, then predictions."""
+        out: list[OutMessage] = []
+        max_raw = self._max_raw_bytes()
+        dl_topic, out_topic = self.cfg.topics.dead_letter, self.cfg.topics.output
+        for dl in dead:
+            out.append(OutMessage(dl_topic, encode_dead_letter(dl, ts=now, max_raw_bytes=max_raw)))
+        if theta is not None:
+            for doc_id, row in zip(ids, _top_topics(theta)):
+                out.append(OutMessage(out_topic, encode_prediction(doc_id, row, model_version=version, ts=now),
+                                      key=prediction_key(doc_id)))
+        return out
 
     def _observe_inference(self, st: dict) -> None:
         m = self.metrics
@@ -658,12 +679,17 @@ class Daemon:
             c["predictions"] += meta.docs
             self._rate_docs += meta.docs
             self._rate_tokens += meta.tokens
-            self._last_batch_at = time.monotonic()
+            self._last_batch_at = job.acked_mono
             m.observe_stage("total", time.perf_counter() - meta.started)
-        if commit:
+        self._to_commit.update(commit)
+        now = time.monotonic()
+        if self._to_commit and now - self._last_commit >= COMMIT_INTERVAL_S:
+            # Advisory (the snapshot holds the truth) and a round trip each: at most once a second.
             t0 = time.perf_counter()
-            self.consumer.commit_async(commit)
+            self.consumer.commit_async(self._to_commit)
             m.observe_stage("commit", time.perf_counter() - t0)
+            self._to_commit = {}
+            self._last_commit = now
         m.producer_pending.set(self.pipeline.pending_messages)
 
     def _max_raw_bytes(self) -> int:
@@ -818,6 +844,7 @@ class Daemon:
 
     def _shutdown(self) -> None:
         self.metrics.set_ready(False)
+        self._gil_free.set()
         try:
             if self.pipeline is not None:
                 # Broker up: the last predictions are acknowledged within milliseconds. Broker away:

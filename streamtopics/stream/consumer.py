@@ -130,6 +130,8 @@ class BatchingConsumer:
         self.max_docs = max(1, int(max_docs))
         self.max_wait_s = max(0, int(max_wait_ms)) / 1000.0
         self.pause_at = 4 * self.max_docs
+        # Fewer, larger polls: kafka-python's per-call work is paid once per several batches.
+        self.poll_records = max(500, 2 * self.max_docs)
         self._decode = decode
         self._start_offset = start_offset
         self._on_assigned_cb = on_assigned
@@ -270,7 +272,7 @@ class BatchingConsumer:
     def _poll(self, timeout_s: float) -> None:
         c = self._consumer
         try:
-            records = c.poll(timeout_ms=int(timeout_s * 1000), max_records=max(self.max_docs, 100))
+            records = c.poll(timeout_ms=int(timeout_s * 1000), max_records=self.poll_records)
             self._failures = 0
         except Exception as exc:  # noqa: BLE001 - Kafka errors never escape the loop
             self._failures += 1

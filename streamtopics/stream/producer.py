@@ -250,7 +250,12 @@ class PublishJob:
 
     messages: list[OutMessage]
     meta: Any = None
+    # Optional: builds the messages on the publisher thread (encoding is GIL-bound Python that
+    # then overlaps the caller's kernels); ``size`` is their number, for backpressure.
+    build: Callable[[], list[OutMessage]] | None = None
+    size: int = 0
     acked_at: float | None = None   # wall clock when the broker had acknowledged every message
+    acked_mono: float | None = None  # the same moment on the monotonic clock
     publish_seconds: float = 0.0    # submission to acknowledgement
     ok: bool = False
     dropped: int = 0
@@ -267,11 +272,20 @@ class PublishPipeline:
     ``submit`` blocks while more than ``max_pending`` messages are unacknowledged.
     A job that could not be published (``PublishAborted`` at shutdown) fails it and
     every later job: ``failed`` stays True.
+
+    ``gate`` (optional): an Event the caller clears while it runs GIL-bound Python and sets
+    while it runs GIL-free kernels (or idles); publishing waits for it, at most
+    ``max_gate_wait_s``, so both threads do not fight over the GIL.
     """
 
-    def __init__(self, publisher: Publisher, *, abort: Callable[[], bool], max_pending: int = 10000) -> None:
+    def __init__(self, publisher: Publisher, *, abort: Callable[[], bool], max_pending: int = 10000,
+                 gate: threading.Event | None = None, max_gate_wait_s: float = 0.25) -> None:
         self.publisher = publisher
         self._abort = abort
+        # While ``gate`` is clear the caller runs GIL-bound Python (tokenizing): publishing then
+        # would only slow it down, so wait (bounded) until it runs GIL-free numba kernels again.
+        self._gate = gate
+        self.max_gate_wait_s = float(max_gate_wait_s)
         self.max_pending = max(1, int(max_pending))
         self._cond = threading.Condition()
         self._queue: list[PublishJob] = []
@@ -294,7 +308,7 @@ class PublishPipeline:
 
     def submit(self, job: PublishJob, heartbeat: Callable[[], None] = lambda: None) -> bool:
         """Queue ``job``; waits (backpressure) while too much is unacknowledged. False if it cannot be queued."""
-        n = len(job.messages)
+        n = job.size = job.size if job.build is not None else len(job.messages)
         with self._cond:
             while (self._pending > 0 and self._pending + n > self.max_pending and not self.failed
                    and not self._closed):
@@ -342,11 +356,15 @@ class PublishPipeline:
                 if not self._queue:
                     return
                 job = self._busy = self._queue.pop(0)
+            if self._gate is not None:
+                self._gate.wait(self.max_gate_wait_s)
             if not self.failed:
                 try:
+                    if job.build is not None:
+                        job.messages = job.build()
                     job.dropped = self.publisher.publish(job.messages, abort=self._abort)
                     job.ok = True
-                    job.acked_at = time.time()
+                    job.acked_at, job.acked_mono = time.time(), time.monotonic()
                 except PublishAborted:
                     self.failed = True
                 except Exception as exc:  # noqa: BLE001 - a bug here must not kill the thread silently
@@ -355,6 +373,6 @@ class PublishPipeline:
             job.publish_seconds = time.perf_counter() - job._submitted
             with self._cond:
                 self._busy = None
-                self._pending -= len(job.messages)
+                self._pending -= job.size
                 self._done.append(job)
                 self._cond.notify_all()

@@ -1,0 +1,280 @@
+"""Benchmark of the whole path: Kafka -> daemon -> Kafka, against the library alone.
+
+1. Throughput. All documents are produced first; then the daemon (in-process, the
+   repository's config/streamtopics.toml with the bootstrap overridden and periodic
+   snapshots off) consumes them. Timed from the start of its first batch to the end of
+   its last. The library alone runs the same work on the same batches (tokenize,
+   prepare, local step + global update, theta) from memory, with a fresh model of the
+   same settings. Overhead = daemon time / library time - 1 (target <= 15 %).
+2. Latency. A producer thread sends documents at a fixed rate (default 300 docs/s for
+   30 s), each stamped with ``ts`` at send time; the daemon's own end-to-end latency
+   (document ``ts`` -> prediction acknowledged by the broker) is recorded per document.
+   Reported for the default batching (max_docs 256, max_wait 1000 ms) and a
+   low-latency setting (max_docs 32, max_wait 50 ms).
+
+    python bench/bench_daemon.py                  # 20NG train (or R8), K from the config (100)
+    python bench/bench_daemon.py --quick          # 3,072 documents, 10 s of latency
+    python bench/bench_daemon.py --topics 20 --rate 500 --seconds 20
+
+numba kernels are compiled (or loaded from cache) before anything is timed.
+"""
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse
+import json
+import logging
+import sys
+import threading
+import time
+import tomllib
+from pathlib import Path
+from tempfile import mkdtemp
+
+import msgpack
+import numpy as np
+from kafka import KafkaProducer
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from streamtopics.config import Config  # noqa: E402
+from streamtopics.corpora import load_default_corpus  # noqa: E402
+from streamtopics.daemon import Daemon, model_from_config  # noqa: E402
+from streamtopics.logs import setup_logging  # noqa: E402
+from streamtopics.stream.broker import EmbeddedBroker, create_topics  # noqa: E402
+
+RESULTS = Path(__file__).with_name("results")
+
+
+def config(bootstrap: str, snap_dir: str, topics: dict, **sections) -> Config:
+    data = tomllib.loads((ROOT / "config" / "streamtopics.toml").read_text())
+    data["kafka"].update(bootstrap_servers=bootstrap, session_timeout_ms=3000, heartbeat_interval_ms=1000,
+                         group_id=f"bench-{time.monotonic_ns()}", create_topics=False)
+    data["topics"].update(topics)
+    data["snapshot"].update(dir=snap_dir, every_batches=0, every_seconds=0)
+    data["metrics"].update(port=0)
+    for name, values in sections.items():
+        data.setdefault(name, {}).update(values)
+    return Config.from_dict(data, env={})
+
+
+def produce_all(bootstrap: str, topic: str, docs) -> float:
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=10, batch_size=262144,
+                      compression_type="zstd", enable_idempotence=False)
+    t0 = time.perf_counter()
+    for d in docs:
+        p.send(topic, msgpack.packb({"id": d.id, "text": d.text, "label": d.label}, use_bin_type=True))
+    p.flush(timeout=120)
+    dt = time.perf_counter() - t0
+    p.close(timeout=5)
+    return dt
+
+
+_orig_process = Daemon._process
+
+
+def _timed_process(self, rb):
+    """CPU seconds of the daemon's loop thread from its first batch to the end of its last."""
+    if getattr(self, "_bench_cpu0", None) is None:
+        self._bench_cpu0 = time.thread_time()
+    _orig_process(self, rb)
+    self._bench_cpu1 = time.thread_time()
+
+
+Daemon._process = _timed_process
+
+
+def run_daemon_until(cfg: Config, done, timeout_s: float = 600):
+    d = Daemon(cfg)
+    t = threading.Thread(target=d.run, daemon=True)
+    t.start()
+    d.wait_started(60)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not done(d) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        d.stop()
+        t.join(120)
+    return d
+
+
+def warm_up(cfg: Config, texts) -> None:
+    m = model_from_config(cfg.model)
+    for i in range(0, 512, 256):
+        b = m.prepare(m.tokenize(texts[i:i + 256]))
+        m.theta(m.process(b, learn=True, batch_key=str(i)).doc_topic)
+
+
+def library_alone(cfg: Config, texts, batch: int) -> tuple[float, int]:
+    m = model_from_config(cfg.model)
+    tokens = 0
+    t0 = time.perf_counter()
+    for i in range(0, len(texts), batch):
+        b = m.prepare(m.tokenize(texts[i:i + batch]), grow=True)
+        tokens += b.n_tokens
+        m.theta(m.process(b, learn=True, batch_key=f"lib:{i}").doc_topic)
+    return time.perf_counter() - t0, tokens
+
+
+def throughput(broker, corpus, args) -> dict:
+    topics = {"input": "tp-in", "output": "tp-out", "dead_letter": "tp-dlq"}
+    create_topics(broker.bootstrap, {v: 1 for v in topics.values()})
+    extra = {"model": {"n_topics": args.topics}} if args.topics else {}
+    cfg = config(broker.bootstrap, mkdtemp(prefix="bench-snaps-"), topics, **extra)
+    # Whole batches only: a partial last batch would add a max_wait_ms pause to the daemon's time.
+    corpus = corpus[: len(corpus) - len(corpus) % cfg.batch.max_docs]
+    texts = [d.text for d in corpus]
+    warm_up(cfg, texts)
+    produce_s = produce_all(broker.bootstrap, topics["input"], corpus)
+    n = len(corpus)
+    runs = []
+    for r in range(args.repeats):  # alternate, so machine noise hits both sides alike
+        cfg = config(broker.bootstrap, mkdtemp(prefix="bench-snaps-"), topics, **extra)  # a new group
+        c0 = time.process_time()
+        d = run_daemon_until(cfg, lambda d: d.status().get("offsets", {}).get("tp-in:0", 0) >= n)
+        daemon_cpu = time.process_time() - c0  # every thread of this process: start-up, Kafka I/O, shutdown
+        st = d.status()
+        daemon_s = st["last_batch_at"] - st["first_batch_at"]
+        loop_cpu = d._bench_cpu1 - d._bench_cpu0
+        c0 = time.process_time()
+        lib_s, lib_tokens = library_alone(cfg, texts, cfg.batch.max_docs)
+        lib_cpu = time.process_time() - c0
+        assert st["documents"] == n and st["tokens"] == lib_tokens, (st["documents"], st["tokens"], lib_tokens)
+        stages = {}
+        for fam in d.metrics.registry.collect():
+            if fam.name == "streamtopics_batch_duration_seconds":
+                for s in fam.samples:
+                    if s.name.endswith("_sum"):
+                        stages[s.labels["stage"]] = round(s.value, 3)
+        runs.append({"daemon_seconds": round(daemon_s, 3), "library_seconds": round(lib_s, 3),
+                     "overhead": round(daemon_s / lib_s - 1, 4), "daemon_cpu_seconds": round(daemon_cpu, 3),
+                     "loop_thread_cpu_seconds": round(loop_cpu, 3), "cpu_overhead": round(loop_cpu / lib_cpu - 1, 4),
+                     "library_cpu_seconds": round(lib_cpu, 3), "stage_seconds": stages})
+        print(f"  run {r + 1}: wall: daemon {daemon_s:.2f} s, library {lib_s:.2f} s, overhead "
+              f"{daemon_s / lib_s - 1:+.1%} | CPU: daemon loop thread {loop_cpu:.2f} s vs library {lib_cpu:.2f} s "
+              f"({loop_cpu / lib_cpu - 1:+.1%}); whole daemon process incl. start-up, Kafka I/O threads, "
+              f"publisher, shutdown {daemon_cpu:.2f} s", flush=True)
+    daemon_s = min(x["daemon_seconds"] for x in runs)
+    lib_s = min(x["library_seconds"] for x in runs)
+    return {
+        "documents": n, "tokens": lib_tokens, "n_topics": cfg.model.n_topics, "max_docs": cfg.batch.max_docs,
+        "produce_docs_per_s": round(n / produce_s),
+        "daemon_seconds": daemon_s, "daemon_docs_per_s": round(n / daemon_s, 1),
+        "daemon_tokens_per_s": round(lib_tokens / daemon_s),
+        "library_seconds": lib_s, "library_docs_per_s": round(n / lib_s, 1),
+        "library_tokens_per_s": round(lib_tokens / lib_s),
+        "overhead": round(daemon_s / lib_s - 1, 4),
+        "overhead_median_of_pairs": round(float(np.median([x["overhead"] for x in runs])), 4),
+        "cpu_overhead_median": round(float(np.median([x["cpu_overhead"] for x in runs])), 4),
+        "runs": runs,
+    }
+
+
+class _Recorder:
+    """Stands in for the end-to-end histogram: keeps every observation, forwards to the real one."""
+
+    def __init__(self, hist) -> None:
+        self.hist = hist
+        self.values: list[float] = []
+
+    def observe(self, v: float) -> None:
+        self.values.append(v)
+        self.hist.observe(v)
+
+
+def latency(broker, corpus, args, name: str, **batch) -> dict:
+    topics = {"input": f"lat-{name}-in", "output": f"lat-{name}-out", "dead_letter": f"lat-{name}-dlq"}
+    create_topics(broker.bootstrap, {v: 1 for v in topics.values()})
+    extra = {"model": {"n_topics": args.topics}} if args.topics else {}
+    cfg = config(broker.bootstrap, mkdtemp(prefix="bench-snaps-"), topics, batch=batch, **extra)
+    total = int(args.rate * args.seconds)
+    docs = [corpus[i % len(corpus)] for i in range(total)]
+    d = Daemon(cfg)
+    rec = _Recorder(d.metrics.end_to_end_latency)
+    d.metrics.end_to_end_latency = rec
+    t = threading.Thread(target=d.run, daemon=True)
+    t.start()
+    d.wait_started(60)
+    while not d.status().get("ready"):
+        time.sleep(0.05)
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks=1, linger_ms=0, enable_idempotence=False)
+    t0 = time.perf_counter()
+    for i, doc in enumerate(docs):  # a fixed rate, not bursts
+        wait = t0 + i / args.rate - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        p.send(topics["input"], msgpack.packb({"id": f"{i}", "text": doc.text, "ts": time.time()}, use_bin_type=True))
+    p.flush(timeout=60)
+    sent_s = time.perf_counter() - t0
+    deadline = time.monotonic() + 60
+    while d.status().get("offsets", {}).get(f"{topics['input']}:0", 0) < total and time.monotonic() < deadline:
+        time.sleep(0.05)
+    d.stop()
+    t.join(120)
+    p.close(timeout=5)
+    v = np.array(rec.values)
+    return {"setting": name, **batch, "rate_docs_per_s": args.rate, "seconds": args.seconds, "documents": total,
+            "achieved_rate": round(total / sent_s, 1), "observed": int(v.size),
+            "p50_ms": round(1000 * float(np.percentile(v, 50)), 1),
+            "p90_ms": round(1000 * float(np.percentile(v, 90)), 1),
+            "p99_ms": round(1000 * float(np.percentile(v, 99)), 1),
+            "max_ms": round(1000 * float(v.max()), 1)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--docs", type=int, default=None, help="documents for the throughput run (default all)")
+    ap.add_argument("--topics", type=int, default=None, help="K (default: the config's n_topics)")
+    ap.add_argument("--rate", type=float, default=300.0, help="docs/s of the latency run")
+    ap.add_argument("--seconds", type=float, default=30.0, help="duration of each latency run")
+    ap.add_argument("--quick", action="store_true", help="3,000 documents, 10 s latency runs")
+    ap.add_argument("--repeats", type=int, default=3, help="throughput runs (daemon and library alternate)")
+    ap.add_argument("--skip-latency", action="store_true")
+    args = ap.parse_args()
+    if args.quick:
+        args.docs = args.docs or 3072
+        args.seconds = min(args.seconds, 10.0)
+    setup_logging("WARNING", "text")
+    name, corpus = load_default_corpus("train")
+    corpus = corpus[: args.docs]
+    results = {"corpus": name, "cores": os.cpu_count()}
+    with EmbeddedBroker() as broker:
+        tp = throughput(broker, corpus, args)
+        results["throughput"] = tp
+        print(f"\nthroughput ({name}, {tp['documents']:,} documents, K={tp['n_topics']}, "
+              f"batches of {tp['max_docs']})")
+        print(f"  through Kafka (daemon)  {tp['daemon_docs_per_s']:>9,.0f} docs/s  "
+              f"{tp['daemon_tokens_per_s']:>10,} tokens/s  {tp['daemon_seconds']:7.2f} s")
+        print(f"  library alone           {tp['library_docs_per_s']:>9,.0f} docs/s  "
+              f"{tp['library_tokens_per_s']:>10,} tokens/s  {tp['library_seconds']:7.2f} s")
+        print(f"  overhead ratio          {tp['overhead']:+.1%} wall (best of each), "
+              f"{tp['overhead_median_of_pairs']:+.1%} (median of pairs); "
+              f"{tp['cpu_overhead_median']:+.1%} CPU of the loop thread (median)   (target <= +15%)")
+        print(f"  daemon stage seconds    {tp['runs'][-1]['stage_seconds']}")
+        print(f"  producer (input)        {tp['produce_docs_per_s']:,} docs/s")
+        if not args.skip_latency:
+            results["latency"] = []
+            for setting, batch in (("default", {"max_docs": 256, "max_wait_ms": 1000}),
+                                   ("low-latency", {"max_docs": 32, "max_wait_ms": 50})):
+                r = latency(broker, corpus, args, setting, **batch)
+                results["latency"].append(r)
+                print(f"\nlatency at {r['achieved_rate']:.0f} docs/s for {r['seconds']:.0f} s, {setting} "
+                      f"(max_docs {r['max_docs']}, max_wait {r['max_wait_ms']} ms): "
+                      f"p50 {r['p50_ms']:.0f} ms  p90 {r['p90_ms']:.0f} ms  p99 {r['p99_ms']:.0f} ms  "
+                      f"max {r['max_ms']:.0f} ms  ({r['observed']:,} documents)")
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "daemon.json"
+    out.write_text(json.dumps(results, indent=2))
+    print(f"\nresults written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    logging.captureWarnings(True)
+    sys.exit(main())
