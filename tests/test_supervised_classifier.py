@@ -12,8 +12,8 @@ import pytest
 
 from streamtopics.snapshot import read_snapshot, write_snapshot
 from streamtopics.supervised import (LabelCapacityError, LabelVocabulary, SupervisedHead, Targets,
-                                     UnknownLabelError, token_log_weight, token_log_weights,
-                                     token_log_weights_mf)
+                                     UnknownLabelError, omega_moments, token_log_weight,
+                                     token_log_weights, token_log_weights_mf)
 
 K = 10
 
@@ -333,6 +333,23 @@ def test_variational_token_weight_matches_enumeration():
             e_om2 = e_om ** 2 + eta_v @ (zbar ** 2)
             total += p * np.sum(kappa * e_om - 0.5 * rho * e_om2)
         return total
+
+    # omega_moments gives the same E[omega], E[omega^2] (tokens as word types of count 1, and
+    # merged into types with counts when two tokens share phi)
+    e1, e2 = np.zeros(L), np.zeros(L)
+    for zs in itertools.product(range(k), repeat=N):
+        p = np.prod([phi[t, zs[t]] for t in range(N)])
+        zbar = np.bincount(zs, minlength=k) / N
+        e1 += p * (eta_m @ zbar)
+        e2 += p * ((eta_m @ zbar) ** 2 + eta_v @ zbar ** 2)
+    m1, m2 = omega_moments(phi, np.ones(N), eta_m, eta_v)
+    np.testing.assert_allclose(m1, e1, rtol=1e-12)
+    np.testing.assert_allclose(m2, e2, rtol=1e-12)
+    shared = phi.copy()
+    shared[3] = shared[2]
+    s1, s2 = omega_moments(shared[:3], np.array([1.0, 1.0, 2.0]), eta_m, eta_v)
+    t1, t2 = omega_moments(shared, np.ones(N), eta_m, eta_v)
+    np.testing.assert_allclose([s1, s2], [t1, t2], rtol=1e-12)
 
     n = 1
     g = []

@@ -10,8 +10,9 @@
 
 Derivations: docs/supervised.md.
 """
-from .classifier import SupervisedHead, Targets, token_log_weight, token_log_weights, token_log_weights_mf
+from .classifier import (SupervisedHead, Targets, omega_moments, token_log_weight, token_log_weights,
+                         token_log_weights_mf)
 from .labels import LabelCapacityError, LabelVocabulary, UnknownLabelError
 
-__all__ = ["SupervisedHead", "Targets", "token_log_weights", "token_log_weight", "token_log_weights_mf",
+__all__ = ["SupervisedHead", "Targets", "token_log_weights", "token_log_weight", "token_log_weights_mf", "omega_moments",
            "LabelVocabulary", "LabelCapacityError", "UnknownLabelError"]

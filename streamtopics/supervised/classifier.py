@@ -273,6 +273,34 @@ def token_log_weight(k, eta, eta_sq, kappa_d, rho_d, m_d, inv_n):
     return s
 
 
+def omega_moments(phi, counts, eta_mean, eta_var=None) -> tuple[np.ndarray, np.ndarray]:
+    """E[omega_y] and E[omega_y^2] of one document under q(z) q(eta) (docs/supervised.md §5).
+
+    phi (W, K): responsibilities of the document's W word types, counts (W,): their counts
+    n_dw (N = sum counts tokens, tokens of a type share phi); eta_mean, eta_var (L, K): the
+    factorised q(eta) (eta_var None = a point eta).  With phibar = sum_w n_w phi_w / N:
+
+      E omega   = eta^T phibar
+      E omega^2 = (eta^T phibar)^2 + sum_k v_k phibar_k^2
+                  + (1/N^2) sum_w n_w [sum_k phi_wk (eta_k^2 + v_k) - (phi_w^T eta)^2 - sum_k phi_wk^2 v_k]
+
+    These feed SupervisedHead.expected_coefficients (the mean-field augmentation).
+    """
+    phi = np.asarray(phi, dtype=np.float64)
+    n = np.asarray(counts, dtype=np.float64)
+    eta = np.asarray(eta_mean, dtype=np.float64)
+    v = np.zeros_like(eta) if eta_var is None else np.asarray(eta_var, dtype=np.float64)
+    N = n.sum()
+    if N <= 0:
+        return np.zeros(eta.shape[0]), np.zeros(eta.shape[0])
+    phibar = n @ phi / N
+    e1 = eta @ phibar
+    pe = phi @ eta.T  # (W, L): phi_w^T eta_y
+    tok = (phi @ (eta * eta + v).T) - pe * pe - (phi * phi) @ v.T  # (W, L)
+    e2 = e1 * e1 + (phibar * phibar) @ v.T + (n @ tok) / (N * N)
+    return e1, e2
+
+
 # =========================================================================== helpers
 @dataclass(frozen=True)
 class Targets:
