@@ -385,6 +385,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
             if now - last_print >= args.every or done >= n:
                 last_print = now
                 lag = sum((st.get("lag") or {}).values())
+                if not st.get("batches"):
+                    print(s.dim(f"{now - t_run:6.1f}s  starting: joining the consumer group"
+                                + (", compiling the numba kernels (first run only)" if now - t_run > 2 else "")),
+                          flush=True)
+                    continue
                 line = (f"{s.dim(f'{now - t_run:6.1f}s')}  docs {done:>7,}/{n:,}  "
                         f"{st.get('docs_per_s', 0.0):7,.0f} docs/s  batches {st.get('batches', 0):>4}  "
                         f"vocab {st.get('vocabulary', 0):>7,}  lag {lag:>6,}")

@@ -80,6 +80,7 @@ MIN_TOPIC_PROB = 0.01    # ... each at least this large (the largest one is alwa
 RATE_TAU_S = 10.0        # time constant of the docs/s and tokens/s moving averages
 PROGRESS_LOG_S = 30.0    # an INFO "progress" line this often
 COMMIT_INTERVAL_S = 1.0  # acknowledged offsets are committed to the group at most this often
+SNAPSHOT_ACK_WAIT_S = 5.0  # a due snapshot waits this long for acknowledgements, then is postponed
 _SNAPSHOT_RE = re.compile(r"^model-(\d{12,})-(\d{8}T\d{6}Z)\.stsnap$")
 
 
@@ -385,7 +386,7 @@ class Daemon:
                 if rb is not None:
                     self._process(rb)
                 self._housekeeping()
-            return 0
+            return 0 if self.error is None else 1
         except Exception as exc:
             self.error = exc
             log.exception("daemon failed", extra={"error": repr(exc)})
@@ -397,6 +398,16 @@ class Daemon:
 
     def _tick(self) -> None:
         self._beat = time.monotonic()
+
+    def _tick_blocked(self) -> None:
+        """Heartbeat while the loop waits on the publisher: keep broker_up and /readyz honest."""
+        self._beat = time.monotonic()
+        up = (self.publisher is not None and self.publisher.healthy
+              and self.consumer is not None and self.consumer.connected())
+        if up != self._broker_up:
+            self._broker_up = up
+            self.metrics.set_broker_up(up)
+            self.metrics.set_ready(self.readiness()[0])
 
     def _startup(self) -> None:
         cfg = self.cfg
@@ -606,7 +617,7 @@ class Daemon:
         meta = _BatchMeta(rb.tp, rb.first_offset, rb.next_offset, len(keep), n_tokens,
                           [dl.reason for dl in dead], origins, stages, t_start)
         if not self.pipeline.submit(PublishJob([], meta, build=build, size=len(dead) + len(ids)),
-                                    heartbeat=self._tick):
+                                    heartbeat=self._tick_blocked):
             self._publish_failed = True
             log.error("cannot hand predictions to the publisher (stopping while the broker is away): "
                       "this batch will be read and learned again after restart",
@@ -656,6 +667,12 @@ class Daemon:
             meta = job.meta
             if not job.ok:
                 self._publish_failed = True
+                if not self._stop.is_set():
+                    # Not a shutdown: publishing itself broke. Learning on without publishing or
+                    # snapshotting would help nobody; stop, and let a restart replay from the snapshot.
+                    self.error = RuntimeError("publishing failed")
+                    log.error("publishing failed: stopping (a restart resumes from the last snapshot)")
+                    self._stop.set()
                 continue
             if meta is None:  # a snapshot announcement
                 continue
@@ -790,8 +807,15 @@ class Daemon:
         """Write a snapshot of the model with its offsets now, once every learned batch's
         predictions are acknowledged. Returns the path, or None when it could not be written."""
         if self.pipeline is not None:
-            self.pipeline.wait_idle(heartbeat=self._tick)  # normally milliseconds: acks of the last batch
+            # Normally milliseconds (the last batch's acks). While the broker is away: postpone.
+            idle = self.pipeline.wait_idle(None if self._stop.is_set() else SNAPSHOT_ACK_WAIT_S,
+                                           heartbeat=self._tick_blocked)
             self._collect()
+            if not idle:
+                self._snapshot_retry_at = time.monotonic() + SNAPSHOT_ACK_WAIT_S
+                log.warning("snapshot postponed: predictions of learned batches are not acknowledged yet",
+                            extra={"pending": self.pipeline.pending_messages})
+                return None
         if self._publish_failed:
             log.warning("not snapshotting: predictions of a learned batch were not acknowledged")
             return None
@@ -849,7 +873,7 @@ class Daemon:
             if self.pipeline is not None:
                 # Broker up: the last predictions are acknowledged within milliseconds. Broker away:
                 # the publisher gives up (stop is set) and the final snapshot is skipped.
-                self.pipeline.wait_idle(heartbeat=self._tick)
+                self.pipeline.wait_idle(heartbeat=self._tick_blocked)
                 self._collect()
             if self.model is not None and self._dirty:
                 if self._publish_failed:
