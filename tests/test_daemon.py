@@ -219,6 +219,29 @@ def test_n_documents_in_exactly_n_predictions_out(broker, fresh_topic, tmp_path)
     assert ann[-1]["offsets"] == {f"{topics['input']}:0": len(docs)}
 
 
+def test_several_partitions_each_batch_from_one_partition(broker, fresh_topic, tmp_path):
+    topics = _topics(fresh_topic)
+    topics["input"] = fresh_topic(partitions=3, prefix="in3")
+    docs = _docs(300)
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=5, enable_idempotence=False)
+    try:
+        for i, x in enumerate(docs):
+            p.send(topics["input"], msgpack.packb(x), partition=i % 3)
+        p.flush(timeout=30)
+    finally:
+        p.close(timeout=5)
+    cfg = _cfg(broker.bootstrap, topics, tmp_path / "snaps", model={"update": "memoized"})
+    with _running(cfg) as d:
+        _wait(lambda: sum(d.status().get("offsets", {}).values()) >= 300, 60, "all partitions consumed")
+    offsets = load_snapshot(d.last_snapshot).snapshot_info["offsets"]
+    assert offsets == {f"{topics['input']}:{i}": 100 for i in range(3)}
+    # Memoized batches are keyed by partition and first offset: one partition per batch.
+    keys = sorted(k for k, _ in d.model.updater.cache_items())
+    assert keys == sorted(f"{topics['input']}:{i}:{o}" for i in range(3) for o in (0, 50))
+    preds = [decode_prediction(r.value)["id"] for r in _read_all(broker.bootstrap, topics["output"], want=300)]
+    assert sorted(preds) == sorted(x["id"] for x in docs)
+
+
 def test_malformed_input_goes_to_dead_letters_and_good_documents_still_flow(broker, fresh_topic, tmp_path):
     topics = _topics(fresh_topic)
     good = _docs(120)
