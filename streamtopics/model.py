@@ -2,6 +2,7 @@
 
     m = TopicModel(n_topics=100, engine="lsparse", sparsity=8, update="stochastic")
     m.partial_fit(docs)              # one minibatch of raw texts or token lists
+    TopicModel(engine="alias").fit(docs, n_sweeps=200)   # batch mode: collapsed Alias-MH sweeps
     theta = m.transform(docs)        # (n_docs, K), rows sum to one
     m.save("model.stsnap"); m2 = load_snapshot("model.stsnap")
 
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .batch import Batch, build_batch
+from .engines.alias import PROPOSALS, AliasEngine
 from .engines.lsparse import LSparseEngine
 from .evaluate import heldout_loglik_arrays
 from .snapshot import read_snapshot, write_snapshot
@@ -26,7 +28,7 @@ from .summary import LocalResult, Summary
 from .text import Tokenizer, Vocabulary
 from .updates import MemoizedUpdate, StochasticUpdate
 
-ENGINES = ("lsparse",)
+ENGINES = ("lsparse", "alias")
 UPDATES = ("stochastic", "memoized")
 INITS = ("kmeans++", "random")
 SNAPSHOT_KIND = "streamtopics.TopicModel"
@@ -39,7 +41,7 @@ class TopicModel:
     Parameters
     ----------
     n_topics : number of topics K.
-    engine : local step; ``"lsparse"`` (L-sparse variational).
+    engine : local step; ``"lsparse"`` (L-sparse variational) or ``"alias"`` (Alias-MH sampler).
     sparsity : L, the most topics any word type of a document may use (L >= K is dense).
     update : ``"stochastic"`` (SVI) or ``"memoized"`` (MVI) global update.
     alpha, beta : per-topic document-topic and topic-word Dirichlet concentrations.
@@ -55,6 +57,10 @@ class TopicModel:
     min_word_len, max_word_len, stopwords : tokenizer for raw-text documents.
     init : ``"kmeans++"`` seeds topics from K diverse documents of the first batch (as the
         paper does), ``"random"`` from random documents.
+    burn_in, sample_sweeps, mh_steps, proposal, table_draws : alias engine (see
+        ``engines.alias.AliasEngine``): sweeps per minibatch before / while statistics are
+        averaged, MH steps per token, "cycle" or "mixture" of the word and doc proposals,
+        samples drawn per alias table before it is rebuilt (None: K).
     """
 
     def __init__(self, n_topics: int = 100, engine: str = "lsparse", sparsity: int = 8,
@@ -65,7 +71,8 @@ class TopicModel:
                  restart_trials: int = 2, restart_iters: int = 2,
                  vocab_cap: int | None = None, vocab_policy: str = "ignore", vocab_decay: float = 0.999,
                  min_word_len: int = 2, max_word_len: int = 30, stopwords="english", init: str = "kmeans++",
-                 init_smoothing: float = 1.0):
+                 init_smoothing: float = 1.0, burn_in: int = 4, sample_sweeps: int = 4, mh_steps: int = 2,
+                 proposal: str = "cycle", table_draws: int | None = None):
         self.n_topics = n_topics
         self.engine = engine
         self.sparsity = sparsity
@@ -92,13 +99,19 @@ class TopicModel:
         self.stopwords = stopwords
         self.init = init
         self.init_smoothing = init_smoothing
+        self.burn_in = burn_in
+        self.sample_sweeps = sample_sweeps
+        self.mh_steps = mh_steps
+        self.proposal = proposal
+        self.table_draws = table_draws
         self._validate()
         self._build()
 
     _PARAMS = ("n_topics", "engine", "sparsity", "update", "alpha", "beta", "seed", "delay", "forgetting_rate",
                "rho_min", "corpus_size", "memo_window", "max_iter", "tol", "active_eps", "restarts",
                "restart_trials", "restart_iters", "vocab_cap", "vocab_policy", "vocab_decay", "min_word_len",
-               "max_word_len", "stopwords", "init", "init_smoothing")
+               "max_word_len", "stopwords", "init", "init_smoothing", "burn_in", "sample_sweeps", "mh_steps",
+               "proposal", "table_draws")
 
     def get_params(self) -> dict:
         p = {name: getattr(self, name) for name in self._PARAMS}
@@ -140,15 +153,31 @@ class TopicModel:
         need(self.min_word_len >= 1, f"min_word_len must be >= 1 (got {self.min_word_len!r})")
         need(self.max_word_len >= self.min_word_len,
              f"max_word_len must be >= min_word_len (got {self.max_word_len!r} < {self.min_word_len!r})")
+        need(isinstance(self.burn_in, (int, np.integer)) and self.burn_in >= 0,
+             f"burn_in must be an integer >= 0 (got {self.burn_in!r})")
+        need(isinstance(self.sample_sweeps, (int, np.integer)) and self.sample_sweeps >= 1,
+             f"sample_sweeps must be an integer >= 1 (got {self.sample_sweeps!r})")
+        need(isinstance(self.mh_steps, (int, np.integer)) and self.mh_steps >= 1,
+             f"mh_steps must be an integer >= 1 (got {self.mh_steps!r})")
+        need(self.proposal in PROPOSALS, f"proposal must be one of {PROPOSALS} (got {self.proposal!r})")
+        need(self.table_draws is None or (isinstance(self.table_draws, (int, np.integer)) and self.table_draws >= 1),
+             f"table_draws must be None or an integer >= 1 (got {self.table_draws!r})")
 
     def _build(self) -> None:
         self.tokenizer = Tokenizer(self.min_word_len, self.max_word_len, self.stopwords)
         self.vocab = Vocabulary(cap=self.vocab_cap, policy=self.vocab_policy, decay=self.vocab_decay)
         self.state = ModelState(self.n_topics, self.alpha, self.beta)
-        self.local_step = LSparseEngine(
-            sparsity=int(self.sparsity), max_iter=int(self.max_iter), tol=float(self.tol),
-            active_eps=float(self.active_eps), restart_trials=int(self.restart_trials) if self.restarts else 0,
-            restart_iters=int(self.restart_iters))
+        if self.engine == "alias":
+            # Seeds come from self.rng at call time (late binding: load_snapshot replaces self.rng).
+            self.local_step = AliasEngine(
+                burn_in=int(self.burn_in), sample_sweeps=int(self.sample_sweeps), mh_steps=int(self.mh_steps),
+                proposal=self.proposal, table_draws=None if self.table_draws is None else int(self.table_draws),
+                seed_source=lambda: int(self.rng.integers(1 << 62)))
+        else:
+            self.local_step = LSparseEngine(
+                sparsity=int(self.sparsity), max_iter=int(self.max_iter), tol=float(self.tol),
+                active_eps=float(self.active_eps), restart_trials=int(self.restart_trials) if self.restarts else 0,
+                restart_iters=int(self.restart_iters))
         if self.update == "stochastic":
             self.updater = StochasticUpdate(self.delay, self.forgetting_rate, self.rho_min, self.corpus_size)
         else:
@@ -198,7 +227,8 @@ class TopicModel:
         t1 = time.perf_counter()
         info: dict = {}
         if learn and batch.n_docs > 0:
-            info = self._apply(result.summary, result.objective, batch_key)
+            # A sampler's objective is not the variational one the memoized update compares.
+            info = self._apply(result.summary, None if self.engine == "alias" else result.objective, batch_key)
             self.state.docs_seen += batch.n_docs
             self.state.tokens_seen += batch.n_tokens
             self.state.n_updates += 1
@@ -213,7 +243,7 @@ class TopicModel:
             "restarts_tried": result.restarts_tried, "restarts_accepted": result.restarts_accepted,
             "objective_per_token": result.objective / batch.n_tokens if batch.n_tokens else 0.0,
             "local_seconds": t1 - t0, "update_seconds": t2 - t1, "docs_per_batch": n_active,
-            **info,
+            **result.stats, **info,
         }
         return result
 
@@ -231,6 +261,28 @@ class TopicModel:
         """Learn from one minibatch (raw strings or token lists).  Returns self."""
         batch = self.prepare(self.tokenize(docs), grow=True)
         self.process(batch, learn=True, batch_key=batch_key)
+        return self
+
+    def fit(self, docs: Sequence, n_sweeps: int = 200, labels=None) -> "TopicModel":
+        """Batch mode of the alias engine: ``n_sweeps`` collapsed sweeps over ``docs`` held in memory.
+
+        Starts from scratch (fresh vocabulary and state, random generator reset to ``seed``),
+        runs the Alias-MH kernels from a uniform random start (the papers' Gibbs setting),
+        then sets the shared state to the last sample, lambda = beta + n_kw, so ``transform``,
+        ``heldout_loglik`` and ``save`` treat the model like any other.  Timings and MH
+        statistics are left in ``last_stats``.
+        """
+        if labels is not None:
+            raise NotImplementedError("supervised topics: see the supervised issue")
+        if self.engine != "alias":
+            raise NotImplementedError(f"fit() is the alias engine's batch mode (engine={self.engine!r}); "
+                                      "use partial_fit() for streaming")
+        if not isinstance(n_sweeps, (int, np.integer)) or n_sweeps < 1:
+            raise ValueError(f"n_sweeps must be an integer >= 1 (got {n_sweeps!r})")
+        self._build()
+        batch = self.prepare(self.tokenize(docs), grow=True)
+        self.last_stats = self.local_step.fit_state(self.state, batch, int(n_sweeps),
+                                                    seed=int(self.rng.integers(1 << 62)))
         return self
 
     def partial_fit_transform(self, docs: Sequence, batch_key=None) -> np.ndarray:
