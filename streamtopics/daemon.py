@@ -348,6 +348,7 @@ class Daemon:
         signal.signal(signal.SIGINT, handler)
 
     def wait_started(self, timeout: float | None = None) -> bool:
+        """Wait until the metrics endpoint answers and the model is loaded (Kafka may still be away)."""
         return self._started.wait(timeout)
 
     @property
@@ -378,7 +379,6 @@ class Daemon:
         """Run until stopped. Returns the process exit code (0 after a graceful stop)."""
         try:
             self._startup()
-            self._started.set()
             while not self._stop.is_set():
                 self._tick()
                 rb = self.consumer.next_batch(self._poll_tick_s, should_stop=self._stop.is_set)
@@ -420,6 +420,7 @@ class Daemon:
             "version": __version__, "instance": self.instance, "config": cfg.to_dict(),
             "metrics_url": self.metrics_url})
         self._load_model()
+        self._started.set()  # the metrics endpoint answers and the model is loaded
         self._connect()
 
     def _load_model(self) -> None:
@@ -462,7 +463,7 @@ class Daemon:
             self._tick()
             try:
                 if cfg.kafka.create_topics:
-                    ensure_topics(cfg)
+                    self._ensure_topics()
                 self.publisher = Publisher(self._producer_kwargs(), max_inflight=cfg.batch.max_inflight_predictions,
                                            flush_timeout_s=5.0)
                 self.publisher.connect()
@@ -486,11 +487,28 @@ class Daemon:
                     self.publisher = None
                 self._broker_up = False
                 self.metrics.set_broker_up(False)
-                delay = min(10.0, 0.25 * 2 ** min(attempt, 6))
+                delay = min(5.0, 0.25 * 2 ** min(attempt, 5))
                 log.warning("cannot reach Kafka; retrying", extra={
                     "bootstrap": cfg.kafka.bootstrap_servers, "error": repr(exc), "attempt": attempt,
                     "backoff_s": delay})
-                self._stop.wait(delay)
+                deadline = time.monotonic() + delay
+                while not self._stop.wait(min(0.5, max(0.0, deadline - time.monotonic()))):
+                    self._tick()  # retrying is alive: /healthz stays green, /readyz says not ready
+                    if time.monotonic() >= deadline:
+                        break
+
+    def _ensure_topics(self) -> None:
+        """Create the topics; an unreachable broker is retried, anything else (say, no permission
+        to create topics on a managed cluster) is logged and start-up goes on: they may exist."""
+        from kafka import errors as kerrors
+
+        try:
+            ensure_topics(self.cfg)
+        except (ConnectionError, OSError, kerrors.NoBrokersAvailable, kerrors.KafkaConnectionError,
+                kerrors.KafkaTimeoutError):
+            raise
+        except Exception as exc:  # noqa: BLE001
+            log.error("could not create topics; going on (they may already exist)", extra={"error": repr(exc)})
 
     def _producer_kwargs(self) -> dict:
         kw = self.cfg.kafka.producer_kwargs()

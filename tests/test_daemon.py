@@ -392,6 +392,29 @@ def test_broker_loss_shows_in_metrics_and_the_daemon_recovers(tmp_path):
         b.cleanup()
 
 
+def test_daemon_started_before_the_broker_waits_for_it(tmp_path):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    b = EmbeddedBroker(port=port)
+    topics = {"input": "docs", "output": "preds", "dead_letter": "dlq"}
+    cfg = _cfg(b.bootstrap, topics, tmp_path / "snaps", kafka={"create_topics": True})
+    try:
+        with _running(cfg) as d:
+            time.sleep(1.5)  # a few connection attempts
+            s = _samples(d.metrics_url)
+            assert s[("streamtopics_broker_up", ())] == 0 and s[("streamtopics_ready", ())] == 0
+            assert _get(d.metrics_url + "/readyz")[0] == 503 and _get(d.metrics_url + "/healthz")[0] == 200
+            b.start()
+            _wait(lambda: _get(d.metrics_url + "/readyz")[0] == 200, 30, "ready once the broker is up")
+            _produce(b.bootstrap, "docs", [msgpack.packb(x) for x in _docs(50)])
+            _wait(lambda: _consumed(d, "docs", 50), 30, "documents")
+    finally:
+        b.cleanup()
+
+
 def test_unsupported_settings_are_config_errors(tmp_path):
     from streamtopics.model import ENGINES
 
