@@ -302,6 +302,7 @@ class Daemon:
         self._beat = time.monotonic()
         self._dirty = False            # state differs from the newest snapshot
         self._publish_failed = False   # a learned batch's predictions could not be published (shutdown)
+        self._in_batch: tuple | None = None  # (partition key, next offset) of the batch being learned
         self._gil_free = threading.Event()  # clear while this thread tokenizes (see PublishPipeline)
         self._gil_free.set()
         self._batches_since_snapshot = 0
@@ -528,8 +529,14 @@ class Daemon:
         return _Decoded(docs, dead, index), len(docs)
 
     def _start_offset(self, tp: TopicPartition) -> int | None:
+        key = _tp_key(tp.topic, tp.partition)
+        if self._in_batch is not None:
+            # Called from the prefetch poll in the middle of a batch: that batch will be learned,
+            # so its partition resumes after it; the model must not be swapped now.
+            batch_key, next_offset = self._in_batch
+            return next_offset if batch_key == key else self.offsets.get(key)
         self._maybe_follow_newer_snapshot()
-        return self.offsets.get(_tp_key(tp.topic, tp.partition))
+        return self.offsets.get(key)
 
     def _maybe_follow_newer_snapshot(self) -> None:
         """On assignment: a snapshot this process did not write nor load means another
@@ -558,6 +565,8 @@ class Daemon:
 
     def _on_reset(self, tp: TopicPartition, expected: int, highwater: int) -> None:
         key = _tp_key(tp.topic, tp.partition)
+        if self._in_batch is not None and self._in_batch[0] == key:
+            self._in_batch = (None, None)  # the batch belongs to the old log: do not record its offset
         self.offsets.pop(key, None)
         self.epochs[key] = self.epochs.get(key, 0) + 1  # new log: memoized batch keys must not collide
         self._dirty = True
@@ -576,6 +585,18 @@ class Daemon:
         if self._first_batch_at is None:
             self._first_batch_at = time.monotonic()
         now = time.time()
+        key = _tp_key(rb.topic, rb.partition)
+        self._in_batch = (key, rb.next_offset)
+        try:
+            self._learn_and_submit(rb, model, now, t_start)
+        finally:
+            self._in_batch = None
+        self._batches_since_snapshot += 1
+        self._collect()
+        self._maybe_snapshot()
+
+    def _learn_and_submit(self, rb: RecordBatch, model: TopicModel, now: float, t_start: float) -> None:
+        batch_key = self._batch_key(rb)  # before the prefetch poll can bump the partition's epoch
         docs: list[Document] = []
         srcs: list[tuple[Any, int | None]] = []
         dead: list[DeadLetter] = []
@@ -610,15 +631,18 @@ class Daemon:
             batch = model.prepare([tokens[i] for i in keep], grow=True)
             stages["decode"] += time.perf_counter() - t0
             self._gil_free.set()
-            res = model.process(batch, learn=True, batch_key=self._batch_key(rb))
+            self.consumer.prefetch()  # the next records arrive while the kernels run
+            res = model.process(batch, learn=True, batch_key=batch_key)
             theta = model.theta(res.doc_topic)
             st = model.last_stats
             stages["predict"], stages["learn"] = st.get("local_seconds", 0.0), st.get("update_seconds", 0.0)
             n_tokens = int(batch.n_tokens)
             self._observe_inference(st)
         self._gil_free.set()
-        # Model and offsets move together, in memory, before anything else can happen.
-        self.offsets[_tp_key(rb.topic, rb.partition)] = rb.next_offset
+        # Model and offsets move together, in memory, before anything else can happen (unless
+        # the log was found reset during the batch: its old offsets mean nothing any more).
+        if self._in_batch[0] is not None:
+            self.offsets[self._in_batch[0]] = rb.next_offset
         self._dirty = True
         self._update_model_metrics()
 
@@ -645,9 +669,6 @@ class Daemon:
                 "partition": rb.partition, "first_offset": rb.first_offset, "next_offset": rb.next_offset,
                 "docs": len(keep), "dead_letters": len(dead), "tokens": n_tokens, "version": model.version,
                 "complete": rb.complete})
-        self._batches_since_snapshot += 1
-        self._collect()
-        self._maybe_snapshot()
 
     def _encode_batch(self, dead: list[DeadLetter], ids: list, theta: np.ndarray | None, version: int,
                       now: float) -> list[OutMessage]:

@@ -415,6 +415,22 @@ def test_daemon_started_before_the_broker_waits_for_it(tmp_path):
         b.cleanup()
 
 
+def test_assignment_during_a_batch_resumes_after_that_batch(tmp_path):
+    """The prefetch poll inside a batch can run a rebalance: the partition being learned must
+    resume after the batch (it will be learned), the others at the model's offsets, and a log
+    reset found meanwhile must not record the old log's offset."""
+    cfg = Config.from_dict({"snapshot": {"dir": str(tmp_path)}, "topics": {"input": "docs"}}, env={})
+    d = Daemon(cfg, serve_metrics=False)
+    d.model = object()  # loaded; snapshot adoption must not run mid-batch
+    d.offsets = {"docs:0": 100, "docs:1": 40}
+    d._in_batch = ("docs:0", 150)
+    assert d._start_offset(TopicPartition("docs", 0)) == 150
+    assert d._start_offset(TopicPartition("docs", 1)) == 40
+    assert d._start_offset(TopicPartition("docs", 2)) is None
+    d._on_reset(TopicPartition("docs", 0), 150, 7)
+    assert d._in_batch[0] is None and "docs:0" not in d.offsets and d.epochs == {"docs:0": 1}
+
+
 def test_unsupported_settings_are_config_errors(tmp_path):
     from streamtopics.model import ENGINES
 

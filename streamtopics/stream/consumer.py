@@ -264,6 +264,12 @@ class BatchingConsumer:
                 wait = min(wait, max(0.0, oldest + self.max_wait_s - now))
             self._poll(max(0.0, min(wait, 0.25)))
 
+    def prefetch(self) -> None:
+        """Non-blocking poll when buffers run low: the fetch request goes out now and its
+        response arrives while the caller computes, instead of a round trip at the next poll."""
+        if self._consumer is not None and self.buffered() < self.pause_at // 2:
+            self._poll(0.0)
+
     def _oldest_arrival(self) -> float | None:
         with self._lock:
             heads = [st.buffer[0].arrived for st in self._parts.values() if st.buffer]

@@ -148,16 +148,6 @@ class Publisher:
         fut.add_both(self._done)
         return fut
 
-    def send_nowait(self, msg: OutMessage) -> None:
-        """Fire and forget (e.g. snapshot announcements); failures are logged."""
-        try:
-            fut = self._send(msg)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("could not send message", extra={"topic": msg.topic, "error": repr(exc)})
-            return
-        fut.add_errback(lambda exc: log.warning(
-            "message not delivered", extra={"topic": msg.topic, "error": repr(exc)}))
-
     def publish(self, messages: Sequence[OutMessage], abort: Callable[[], bool] = lambda: False) -> int:
         """Send ``messages`` and block until every one is acknowledged (or permanently refused).
 
