@@ -374,6 +374,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         t_first = None
         rotate = 0
         last_print = 0.0
+        shown = ""
+        prev_done, prev_t = 0, None
+
         key = f"{t.input}:0"
         while thread.is_alive():
             time.sleep(0.1)
@@ -386,12 +389,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 last_print = now
                 lag = sum((st.get("lag") or {}).values())
                 if not st.get("batches"):
-                    print(s.dim(f"{now - t_run:6.1f}s  starting: joining the consumer group"
-                                + (", compiling the numba kernels (first run only)" if now - t_run > 2 else "")),
-                          flush=True)
+                    msg = ("starting: joining the consumer group"
+                           + (", compiling the numba kernels (first run only)" if now - t_run > 2 else ""))
+                    if msg != shown:
+                        print(s.dim(f"{now - t_run:6.1f}s  {msg}"), flush=True)
+                        shown = msg
+                    prev_done, prev_t = done, now
                     continue
+                rate = (done - prev_done) / max(now - prev_t, 1e-9) if prev_t is not None else 0.0
+                prev_done, prev_t = done, now
                 line = (f"{s.dim(f'{now - t_run:6.1f}s')}  docs {done:>7,}/{n:,}  "
-                        f"{st.get('docs_per_s', 0.0):7,.0f} docs/s  batches {st.get('batches', 0):>4}  "
+                        f"{rate:7,.0f} docs/s  batches {st.get('batches', 0):>4}  "
                         f"vocab {st.get('vocabulary', 0):>7,}  lag {lag:>6,}")
                 print(line, flush=True)
                 words = st.get("top_words") or {}
