@@ -430,7 +430,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 except KeyboardInterrupt:
                     pass
         if broker is not None:
-            broker.cleanup() if not interrupted else broker.stop(grace_s=0.5)
+            if interrupted:
+                broker.stop(grace_s=0.5)  # do not wait out tansu's wait for clients
+            broker.cleanup()
 
 
 def _sigterm_interrupts() -> None:
