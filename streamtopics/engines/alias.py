@@ -83,6 +83,7 @@ from numba.extending import intrinsic
 from ..summary import LocalResult, Summary
 
 PROPOSALS = ("cycle", "mixture")
+ALPHA_PROPOSALS = ("word", "uniform")
 
 # Slots of the statistics vector the kernels fill.
 _S_WORD_PROP, _S_WORD_ACC, _S_DOC_PROP, _S_DOC_ACC, _S_REBUILDS, _S_CHANGED = range(6)
@@ -123,7 +124,11 @@ def _rng_state(seed: int) -> np.uint64:
 # --------------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
 def alias_build(w, prob, alias, small, large):
-    """Fill (prob, alias) so that bin j yields j w.p. prob[j], else alias[j]; O(K)."""
+    """Fill (prob, alias) so that bin j yields j w.p. prob[j], else alias[j]; O(K).
+
+    Vose's construction; the first split into short and tall bins is branch-free (a coin
+    flip for the branch predictor): indices go to both stacks, one stack pointer advances.
+    """
     K = w.shape[0]
     total = 0.0
     for k in range(K):
@@ -135,12 +140,11 @@ def alias_build(w, prob, alias, small, large):
         p = w[k] * scale
         prob[k] = p
         alias[k] = k
-        if p < 1.0:
-            small[ns] = k
-            ns += 1
-        else:
-            large[nl] = k
-            nl += 1
+        short = p < 1.0
+        small[ns] = k
+        large[nl] = k
+        ns += short
+        nl += 1 - short
     while ns > 0 and nl > 0:
         ns -= 1
         s = small[ns]
@@ -162,15 +166,14 @@ def alias_build(w, prob, alias, small, large):
 @njit(cache=True, nogil=True)
 def _alias_fill(prob, alias, out, lo, n, rs):
     """out[lo:lo+n] = draws from a built table (SampleAlias): one uniform picks the bin and, by
-    its fractional part, the bin's biased coin.  Returns the new random state."""
+    its fractional part, the bin's biased coin (a select, not a branch).  Returns the state."""
     K = prob.shape[0]
     for i in range(lo, lo + n):
         rs, x = _next(rs)
         x *= K
-        j = int(x)
-        if j >= K:
-            j = K - 1
-        out[i] = j if x - j < prob[j] else alias[j]
+        j = min(int(x), K - 1)
+        other = alias[j]
+        out[i] = j if x - j < prob[j] else other
     return rs
 
 
@@ -216,14 +219,15 @@ def _prefetch(typingctx, arr, idx):
 # target and the proposal of a topic), word u's pre-drawn samples at samples[u T : u T + T].
 # --------------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def _rebuild(u, x, K, nq, qt, samples, ptr, ver, G, dense_prior, beta, nk, Gk, rk, wbuf, prob, alias, small, large,
-             rs):
+def _rebuild(u, x, K, nq, qt, zt, samples, ptr, ver, G, dense_prior, beta, nk, Gk, rk, wbuf, prob, alias, small,
+             large, rs):
     """Word u's proposal from the current counts, q~_wk = (g_wk + n_wk) / (G_k + n_k), O(K).
 
     ``x`` >= 0 is the topic of a token under update that is still counted: it is left out,
     so the table is built from its ¬i counts.  Returns the new random state.
     """
     base = u * K
+    total = 0.0
     for k in range(K):
         e = 3 * (base + k)
         g = G[base + k] if dense_prior else beta
@@ -236,6 +240,8 @@ def _rebuild(u, x, K, nq, qt, samples, ptr, ver, G, dense_prior, beta, nk, Gk, r
         w = np.float32((g + c) * r)
         qt[e + 2] = w
         wbuf[k] = w  # the table samples exactly the stored float32 weights
+        total += wbuf[k]
+    zt[u] = total
     alias_build(wbuf, prob, alias, small, large)
     T = samples.shape[0] // ptr.shape[0]
     rs = _alias_fill(prob, alias, samples, u * T, T, rs)
@@ -269,8 +275,8 @@ def _self_factor(q_b, c_b, g):
 
 
 @njit(cache=True, nogil=True)
-def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, nk, Gk, G, dense_prior, beta, alpha, samples, ptr, ver,
-              n_sweeps, mh_steps, mixture, init, record_from, z_rec, doc_acc):
+def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, zt, nk, Gk, G, dense_prior, beta, alpha, samples, ptr, ver,
+              n_sweeps, mh_steps, mixture, word_prior, init, record_from, z_rec, doc_acc):
     """Run ``n_sweeps`` sweeps of Alias-MH over the documents; returns the statistics vector.
 
     rs: uint64 random state (SplitMix64).  tok_w (N,) int32 batch-local word of each token,
@@ -335,8 +341,8 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, nk, Gk, G, dense_prior, b
                     t = K - 1
             else:
                 if ptr[u] >= T:
-                    rs = _rebuild(u, -1, K, nq, qt, samples, ptr, ver, G, dense_prior, beta, nk, Gk, rk, wbuf, prob,
-                                  alias, small, large, rs)
+                    rs = _rebuild(u, -1, K, nq, qt, zt, samples, ptr, ver, G, dense_prior, beta, nk, Gk, rk, wbuf,
+                                  prob, alias, small, large, rs)
                     stats[_S_REBUILDS] += 1
                 t = np.int64(samples[u * T + ptr[u]])
                 ptr[u] += 1
@@ -392,24 +398,47 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, nk, Gk, G, dense_prior, b
                         n_word += p_word[p]
                 else:
                     n_word = mh_steps
+                # table draws this token may need (doc proposals draw their alpha part from it too)
+                n_draw = P if word_prior else n_word
                 b = np.int64(-1)
                 fb = 1.0
-                if n_word > 0:
-                    if ptr[u] + n_word > T:
+                z_i = 1.0
+                if n_draw > 0:
+                    if ptr[u] + n_draw > T:
                         # Samples left cannot serve this token: rebuild from fresh counts.
-                        rs = _rebuild(u, s, K, nq, qt, samples, ptr, ver, G, dense_prior, beta, nk, Gk, rk, wbuf,
-                                      prob, alias, small, large, rs)
+                        rs = _rebuild(u, s, K, nq, qt, zt, samples, ptr, ver, G, dense_prior, beta, nk, Gk, rk,
+                                      wbuf, prob, alias, small, large, rs)
                         stats[_S_REBUILDS] += 1
                         tver[i] = ver[u]
                         tb[i] = -1  # built from ¬i counts
                     b = np.int64(tb[i])
+                    z_i = zt[u]
                     if b >= 0:
                         eb = 3 * (ub + b)
                         fb = _self_factor(qt[eb + 2], nq[eb + 1], G[ub + b] if dense_prior else beta)
+                        z_i -= qt[eb + 2] * (1.0 - fb)  # total mass of q_i
+                ka_z = Ka / z_i  # alpha part of the doc proposal: K alpha q_i(k) / Z_i
                 # Draw every proposal of the token (none depends on its state).
                 for p in range(P):
-                    if p_word[p]:
-                        # word: a draw from q_i, i.e. the table's draws with b kept w.p. fb
+                    from_table = p_word[p]
+                    if not from_table:
+                        # doc: q_d ∝ n_dk(¬i) + (alpha part): a random other token's topic, or
+                        # for the alpha part a uniform topic / a draw from the word's table
+                        rs, x = _next(rs)
+                        x *= d_mass
+                        if x < others:
+                            j = s0 + int(x)
+                            if j >= i:
+                                j += 1
+                            t = np.int64(z[j])
+                        elif word_prior:
+                            from_table = True
+                        else:
+                            t = int((x - others) * inv_alpha)
+                            if t >= K:
+                                t = K - 1
+                    if from_table:
+                        # a draw from q_i: the table's draws, a draw of b kept w.p. fb
                         while True:
                             if ptr[u] >= T:
                                 rs = _refill(u, K, qt, samples, ptr, wbuf, prob, alias, small, large, rs)
@@ -420,19 +449,6 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, nk, Gk, G, dense_prior, b
                             rs, x = _next(rs)
                             if x < fb:
                                 break
-                    else:
-                        # doc: q_d ∝ n_dk(¬i) + alpha, a random other token's topic or a uniform one
-                        rs, x = _next(rs)
-                        x *= d_mass
-                        if x < others:
-                            j = s0 + int(x)
-                            if j >= i:
-                                j += 1
-                            t = np.int64(z[j])
-                        else:
-                            t = int((x - others) * inv_alpha)
-                            if t >= K:
-                                t = K - 1
                     p_t[p] = t
                 # ¬i factors of the starting topic s (the token stays counted unless it moves)
                 es = 3 * (ub + s)
@@ -476,8 +492,19 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, nk, Gk, G, dense_prior, b
                         if t == cur:
                             n_da += 1
                             continue
-                        # A_d: (n_dk + alpha) cancels against the proposal
-                        if b_t < b_cur:
+                        if word_prior:
+                            # q_d(k) ∝ n_dk + K alpha q_i(k) / Z_i; A_d = p(t) q_d(cur) / (p(cur) q_d(t))
+                            a_t_ = p_a[p]
+                            qd_t = a_t_ - alpha + ka_z * qt[3 * (ub + t) + 2] * (fb if t == b else 1.0)
+                            qd_c = a_cur - alpha + ka_z * qt[3 * (ub + cur) + 2] * (fb if cur == b else 1.0)
+                            num = a_t_ * b_t * qd_c
+                            den = a_cur * b_cur * qd_t
+                            if num < den:
+                                rs, x = _next(rs)
+                                if x * den >= num:
+                                    continue
+                        # uniform alpha part: (n_dk + alpha) cancels against the proposal
+                        elif b_t < b_cur:
                             rs, x = _next(rs)
                             if x * b_cur >= b_t:
                                 continue
@@ -558,6 +585,7 @@ class SamplerArrays:
     samples: np.ndarray   # (U, T) pre-drawn word-proposal samples
     ptr: np.ndarray       # (U,) int32 next unread sample (T = exhausted)
     ver: np.ndarray       # (U,) int64 table version
+    zt: np.ndarray        # (U,) float64 total weight of each table
     z: np.ndarray         # (N,) int32
     tver: np.ndarray      # (N,) int64
     tb: np.ndarray        # (N,) int32
@@ -568,7 +596,7 @@ class SamplerArrays:
         nq = np.zeros((U, K, 3), dtype=np.int32)
         return cls(nq=nq, qt=nq.view(np.float32), nk=np.zeros(K, dtype=np.int64),
                    samples=np.zeros((U, T), dtype=_sample_dtype(K)), ptr=np.full(U, T, dtype=np.int32),
-                   ver=np.zeros(U, dtype=np.int64), z=np.zeros(N, dtype=np.int32),
+                   ver=np.zeros(U, dtype=np.int64), zt=np.ones(U), z=np.zeros(N, dtype=np.int32),
                    tver=np.zeros(N, dtype=np.int64), tb=np.full(N, -1, dtype=np.int32))
 
     def counts(self) -> np.ndarray:
@@ -576,12 +604,12 @@ class SamplerArrays:
         return self.nq[:, :, 0]
 
     def run(self, seed, tok_w, tok_ptr, Gk, G, dense_prior, beta, alpha, n_sweeps, mh_steps, mixture, init,
-            record_from=None, z_rec=None, doc_acc=None) -> np.ndarray:
+            record_from=None, z_rec=None, doc_acc=None, word_prior=False) -> np.ndarray:
         K = self.nk.shape[0]
         return mh_sweeps(_rng_state(seed), tok_w, tok_ptr, self.z, self.tver, self.tb, self.nq.reshape(-1),
-                         self.qt.reshape(-1), self.nk, Gk, np.ascontiguousarray(G).reshape(-1),
+                         self.qt.reshape(-1), self.zt, self.nk, Gk, np.ascontiguousarray(G).reshape(-1),
                          bool(dense_prior), float(beta), float(alpha), self.samples.reshape(-1), self.ptr, self.ver,
-                         int(n_sweeps), int(mh_steps), bool(mixture), int(init),
+                         int(n_sweeps), int(mh_steps), bool(mixture), bool(word_prior), int(init),
                          n_sweeps if record_from is None else int(record_from),
                          np.zeros((0, 0), dtype=np.int32) if z_rec is None else z_rec,
                          np.zeros((0, K)) if doc_acc is None else doc_acc)
@@ -597,7 +625,7 @@ def _acceptance(stats: np.ndarray) -> dict:
 def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta: float, n_vocab: int,
                       n_sweeps: int, seed: int, mh_steps: int = 2, proposal: str = "cycle",
                       table_draws: int | None = None, callback: Callable | None = None,
-                      callback_every: int = 0) -> tuple[SamplerArrays, dict]:
+                      callback_every: int = 0, alpha_proposal: str = "word") -> tuple[SamplerArrays, dict]:
     """Batch mode: collapsed LDA over tokens held in memory (g = beta, G_k = V beta), uniform start.
 
     Returns the sampler arrays (final counts and z) and stats including ``sampling_seconds``
@@ -606,6 +634,8 @@ def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta:
     """
     if proposal not in PROPOSALS:
         raise ValueError(f"proposal must be one of {PROPOSALS} (got {proposal!r})")
+    if alpha_proposal not in ALPHA_PROPOSALS:
+        raise ValueError(f"alpha_proposal must be one of {ALPHA_PROPOSALS} (got {alpha_proposal!r})")
     K = int(n_topics)
     T = K if table_draws is None else int(table_draws)
     arr = SamplerArrays.allocate(U, tok_w.shape[0], K, T)
@@ -621,7 +651,7 @@ def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta:
         chunk = min(step, n_sweeps - done)
         t0 = time.perf_counter()
         total += arr.run(seeds[done], tok_w, tok_ptr, Gk, G, False, beta, alpha, chunk, mh_steps,
-                         proposal == "mixture", 1 if first else 0)
+                         proposal == "mixture", 1 if first else 0, word_prior=alpha_proposal == "word")
         elapsed += time.perf_counter() - t0
         done += chunk
         first = False
@@ -642,6 +672,8 @@ class AliasEngine:
     mh_steps : MH steps per token per sweep (default 2); as in LightLDA a step is one word and
         one doc proposal ("cycle"), or two proposals each picked at random ("mixture").
     proposal : "cycle" or "mixture" composition of the two kernels (Light-MedLDA Theorem 1).
+    alpha_proposal : where the doc proposal's alpha part comes from: "word" (the word's own
+        alias table, matching the target's alpha term) or "uniform" (LightLDA's shared table).
     table_draws : samples drawn from each alias table before it is rebuilt (None: K).
     seed_source : callable returning a fresh seed per call (the model's Generator); without
         it the engine uses its own ``numpy.random.Generator(seed)``.
@@ -652,6 +684,7 @@ class AliasEngine:
     mh_steps: int = 2
     proposal: str = "cycle"
     table_draws: int | None = None
+    alpha_proposal: str = "word"
     seed: int = 0
     seed_source: Callable[[], int] | None = field(default=None, repr=False)
     name: str = "alias"
@@ -659,6 +692,8 @@ class AliasEngine:
     def __post_init__(self):
         if self.proposal not in PROPOSALS:
             raise ValueError(f"proposal must be one of {PROPOSALS} (got {self.proposal!r})")
+        if self.alpha_proposal not in ALPHA_PROPOSALS:
+            raise ValueError(f"alpha_proposal must be one of {ALPHA_PROPOSALS} (got {self.alpha_proposal!r})")
         self._rng = np.random.default_rng(self.seed)
 
     def _next_seed(self) -> int:
@@ -683,7 +718,8 @@ class AliasEngine:
         z_rec = np.zeros((n_samp if summarize else 0, N), dtype=np.int32)
         doc_acc = np.zeros((D, K))
         stats = arr.run(seed, tok_w, tok_ptr, Gk, G, True, state.beta, state.alpha, n_burn + n_samp, self.mh_steps,
-                        self.proposal == "mixture", 2, n_burn, z_rec, doc_acc)
+                        self.proposal == "mixture", 2, n_burn, z_rec, doc_acc,
+                        word_prior=self.alpha_proposal == "word")
         z = arr.z
         objective = _word_loglik(tok_w, z, arr.nq.reshape(-1), arr.nk, Gk, G.reshape(-1), True, float(state.beta)) if N else 0.0
         doc_topic = doc_acc / n_samp
@@ -715,7 +751,7 @@ class AliasEngine:
         arr, stats = run_batch_sampler(tok_w, tok_ptr, batch.uniq.shape[0], state.n_topics, state.alpha, state.beta,
                                        state.n_words, n_sweeps, seed, mh_steps=self.mh_steps, proposal=self.proposal,
                                        table_draws=self.table_draws, callback=callback,
-                                       callback_every=callback_every)
+                                       callback_every=callback_every, alpha_proposal=self.alpha_proposal)
         arr.samples = None  # free the proposal buffers before lambda is written
         nv = state.n_words
         state.mu[:nv] = 0.0
@@ -734,7 +770,7 @@ class AliasEngine:
 
     def config(self) -> dict:
         return {"burn_in": self.burn_in, "sample_sweeps": self.sample_sweeps, "mh_steps": self.mh_steps,
-                "proposal": self.proposal, "table_draws": self.table_draws}
+                "proposal": self.proposal, "table_draws": self.table_draws, "alpha_proposal": self.alpha_proposal}
 
 
 def _summary_from_samples(batch, tok_w, z_rec, K: int) -> Summary:
