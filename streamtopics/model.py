@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .batch import Batch, build_batch
-from .engines.alias import PROPOSALS, AliasEngine
+from .engines.alias import ALPHA_PROPOSALS, PROPOSALS, AliasEngine
 from .engines.lsparse import LSparseEngine
 from .evaluate import heldout_loglik_arrays
 from .snapshot import read_snapshot, write_snapshot
@@ -57,10 +57,11 @@ class TopicModel:
     min_word_len, max_word_len, stopwords : tokenizer for raw-text documents.
     init : ``"kmeans++"`` seeds topics from K diverse documents of the first batch (as the
         paper does), ``"random"`` from random documents.
-    burn_in, sample_sweeps, mh_steps, proposal, table_draws : alias engine (see
+    burn_in, sample_sweeps, mh_steps, proposal, table_draws, alpha_proposal : alias engine (see
         ``engines.alias.AliasEngine``): sweeps per minibatch before / while statistics are
         averaged, MH steps per token, "cycle" or "mixture" of the word and doc proposals,
-        samples drawn per alias table before it is rebuilt (None: K).
+        samples drawn per alias table before it is rebuilt (None: K), and whether the doc
+        proposal's alpha part is drawn from the word's table ("word") or uniformly.
     """
 
     def __init__(self, n_topics: int = 100, engine: str = "lsparse", sparsity: int = 8,
@@ -72,7 +73,7 @@ class TopicModel:
                  vocab_cap: int | None = None, vocab_policy: str = "ignore", vocab_decay: float = 0.999,
                  min_word_len: int = 2, max_word_len: int = 30, stopwords="english", init: str = "kmeans++",
                  init_smoothing: float = 1.0, burn_in: int = 4, sample_sweeps: int = 4, mh_steps: int = 2,
-                 proposal: str = "cycle", table_draws: int | None = None):
+                 proposal: str = "cycle", table_draws: int | None = None, alpha_proposal: str = "word"):
         self.n_topics = n_topics
         self.engine = engine
         self.sparsity = sparsity
@@ -104,6 +105,7 @@ class TopicModel:
         self.mh_steps = mh_steps
         self.proposal = proposal
         self.table_draws = table_draws
+        self.alpha_proposal = alpha_proposal
         self._validate()
         self._build()
 
@@ -111,7 +113,7 @@ class TopicModel:
                "rho_min", "corpus_size", "memo_window", "max_iter", "tol", "active_eps", "restarts",
                "restart_trials", "restart_iters", "vocab_cap", "vocab_policy", "vocab_decay", "min_word_len",
                "max_word_len", "stopwords", "init", "init_smoothing", "burn_in", "sample_sweeps", "mh_steps",
-               "proposal", "table_draws")
+               "proposal", "table_draws", "alpha_proposal")
 
     def get_params(self) -> dict:
         p = {name: getattr(self, name) for name in self._PARAMS}
@@ -162,6 +164,8 @@ class TopicModel:
         need(self.proposal in PROPOSALS, f"proposal must be one of {PROPOSALS} (got {self.proposal!r})")
         need(self.table_draws is None or (isinstance(self.table_draws, (int, np.integer)) and self.table_draws >= 1),
              f"table_draws must be None or an integer >= 1 (got {self.table_draws!r})")
+        need(self.alpha_proposal in ALPHA_PROPOSALS,
+             f"alpha_proposal must be one of {ALPHA_PROPOSALS} (got {self.alpha_proposal!r})")
 
     def _build(self) -> None:
         self.tokenizer = Tokenizer(self.min_word_len, self.max_word_len, self.stopwords)
@@ -172,7 +176,7 @@ class TopicModel:
             self.local_step = AliasEngine(
                 burn_in=int(self.burn_in), sample_sweeps=int(self.sample_sweeps), mh_steps=int(self.mh_steps),
                 proposal=self.proposal, table_draws=None if self.table_draws is None else int(self.table_draws),
-                seed_source=lambda: int(self.rng.integers(1 << 62)))
+                alpha_proposal=self.alpha_proposal, seed_source=lambda: int(self.rng.integers(1 << 62)))
         else:
             self.local_step = LSparseEngine(
                 sparsity=int(self.sparsity), max_iter=int(self.max_iter), tol=float(self.tol),
