@@ -24,6 +24,10 @@ from .engines.lsparse import LSparseEngine
 from .evaluate import heldout_loglik_arrays
 from .snapshot import read_snapshot, write_snapshot
 from .state import ModelState
+from .supervised.classifier import LOSSES as SUP_LOSSES
+from .supervised.classifier import SupervisedHead
+from .supervised.classifier import _is_missing as _label_missing
+from .supervised.samplers import METHODS as PG_METHODS
 from .summary import LocalResult, Summary
 from .text import Tokenizer, Vocabulary
 from .updates import MemoizedUpdate, StochasticUpdate
@@ -31,6 +35,7 @@ from .updates import MemoizedUpdate, StochasticUpdate
 ENGINES = ("lsparse", "alias")
 UPDATES = ("stochastic", "memoized")
 INITS = ("kmeans++", "random")
+SUP_FEATURES = ("unsupervised", "supervised")
 SNAPSHOT_KIND = "streamtopics.TopicModel"
 _TRANSFORM_CHUNK = 2048
 
@@ -62,6 +67,23 @@ class TopicModel:
         averaged, MH steps per token, "cycle" or "mixture" of the word and doc proposals,
         samples drawn per alias table before it is rebuilt (None: K), and whether the doc
         proposal's alpha part is drawn from the word's table ("word") or uniformly.
+    supervision : None (plain LDA) or ``"hinge"`` (max-margin, Gibbs MedLDA), ``"logistic"``
+        (Polya-Gamma) or ``"regression"`` (eps-insensitive); ``partial_fit(docs, labels=...)``
+        then learns topics that predict the labels (docs/supervised.md).
+    sup_c, sup_ell, sup_epsilon : loss constants: regularisation constant c (the weight of the
+        label term against the words), hinge margin ell, regression eps; None takes the loss's
+        default (``supervised.classifier.DEFAULTS``).
+    sup_prior_var : nu^2 of the classifier prior eta_yk ~ N(0, nu^2).
+    sup_decay : weight kept by the classifier's carried statistics per labelled batch (1 = exact
+        streaming posterior, < 1 forgets old batches).
+    sup_sweeps, sup_burn_in : Gibbs sweeps of the classifier per labelled batch, and those discarded.
+    sup_pg_method : Polya-Gamma sampler for the logistic loss ("exact" or "gamma_sum").
+    sup_max_labels : cap of the label vocabulary (None: unbounded); labels past it raise.
+    sup_features : which topic proportions of a labelled batch train the classifier:
+        ``"unsupervised"`` (the label-free local step, the features used at prediction time)
+        or ``"supervised"`` (the local step that saw the labels).
+    sup_local : whether the variational local step of a labelled batch includes the label term
+        (False: topics are learned unsupervised and only the classifier sees the labels).
     """
 
     def __init__(self, n_topics: int = 100, engine: str = "lsparse", sparsity: int = 8,
@@ -73,7 +95,11 @@ class TopicModel:
                  vocab_cap: int | None = None, vocab_policy: str = "ignore", vocab_decay: float = 0.999,
                  min_word_len: int = 2, max_word_len: int = 30, stopwords="english", init: str = "kmeans++",
                  init_smoothing: float = 1.0, burn_in: int = 4, sample_sweeps: int = 4, mh_steps: int = 2,
-                 proposal: str = "cycle", table_draws: int | None = None, alpha_proposal: str = "word"):
+                 proposal: str = "cycle", table_draws: int | None = None, alpha_proposal: str = "word",
+                 supervision: str | None = None, sup_c: float | None = None, sup_ell: float | None = None,
+                 sup_epsilon: float | None = None, sup_prior_var: float = 1.0, sup_decay: float = 1.0,
+                 sup_sweeps: int = 10, sup_burn_in: int | None = None, sup_pg_method: str = "exact",
+                 sup_max_labels: int | None = None, sup_features: str = "unsupervised", sup_local: bool = True):
         self.n_topics = n_topics
         self.engine = engine
         self.sparsity = sparsity
@@ -106,6 +132,18 @@ class TopicModel:
         self.proposal = proposal
         self.table_draws = table_draws
         self.alpha_proposal = alpha_proposal
+        self.supervision = supervision
+        self.sup_c = sup_c
+        self.sup_ell = sup_ell
+        self.sup_epsilon = sup_epsilon
+        self.sup_prior_var = sup_prior_var
+        self.sup_decay = sup_decay
+        self.sup_sweeps = sup_sweeps
+        self.sup_burn_in = sup_burn_in
+        self.sup_pg_method = sup_pg_method
+        self.sup_max_labels = sup_max_labels
+        self.sup_features = sup_features
+        self.sup_local = sup_local
         self._validate()
         self._build()
 
@@ -113,7 +151,9 @@ class TopicModel:
                "rho_min", "corpus_size", "memo_window", "max_iter", "tol", "active_eps", "restarts",
                "restart_trials", "restart_iters", "vocab_cap", "vocab_policy", "vocab_decay", "min_word_len",
                "max_word_len", "stopwords", "init", "init_smoothing", "burn_in", "sample_sweeps", "mh_steps",
-               "proposal", "table_draws", "alpha_proposal")
+               "proposal", "table_draws", "alpha_proposal", "supervision", "sup_c", "sup_ell", "sup_epsilon",
+               "sup_prior_var", "sup_decay", "sup_sweeps", "sup_burn_in", "sup_pg_method", "sup_max_labels",
+               "sup_features", "sup_local")
 
     def get_params(self) -> dict:
         p = {name: getattr(self, name) for name in self._PARAMS}
@@ -166,6 +206,34 @@ class TopicModel:
              f"table_draws must be None or an integer >= 1 (got {self.table_draws!r})")
         need(self.alpha_proposal in ALPHA_PROPOSALS,
              f"alpha_proposal must be one of {ALPHA_PROPOSALS} (got {self.alpha_proposal!r})")
+        need(self.supervision is None or self.supervision in SUP_LOSSES,
+             f"supervision must be None or one of {tuple(SUP_LOSSES)} (got {self.supervision!r})")
+        for name in ("sup_c", "sup_ell", "sup_epsilon"):
+            v = getattr(self, name)
+            need(v is None or (isinstance(v, (int, float, np.integer, np.floating)) and np.isfinite(v) and v >= 0),
+                 f"{name} must be None or a finite number >= 0 (got {v!r})")
+        need(self.sup_c is None or self.sup_c > 0, f"sup_c must be > 0 (got {self.sup_c!r})")
+        need(not (self.supervision == "hinge" and self.sup_ell is not None and self.sup_ell <= 0),
+             f"sup_ell must be > 0 for the hinge loss (got {self.sup_ell!r})")
+        need(not (self.supervision == "logistic" and self.sup_pg_method == "exact"
+                  and self.sup_c is not None and self.sup_c < 1),
+             f"exact Polya-Gamma sampling needs sup_c >= 1 (got {self.sup_c!r}); use sup_pg_method='gamma_sum'")
+        need(isinstance(self.sup_prior_var, (int, float, np.integer, np.floating))
+             and np.isfinite(self.sup_prior_var) and self.sup_prior_var > 0,
+             f"sup_prior_var must be > 0 (got {self.sup_prior_var!r})")
+        need(0.0 < self.sup_decay <= 1.0, f"sup_decay must be in (0, 1] (got {self.sup_decay!r})")
+        need(isinstance(self.sup_sweeps, (int, np.integer)) and self.sup_sweeps >= 1,
+             f"sup_sweeps must be an integer >= 1 (got {self.sup_sweeps!r})")
+        need(self.sup_burn_in is None or (isinstance(self.sup_burn_in, (int, np.integer)) and self.sup_burn_in >= 0),
+             f"sup_burn_in must be None or an integer >= 0 (got {self.sup_burn_in!r})")
+        need(self.sup_pg_method in PG_METHODS, f"sup_pg_method must be one of {tuple(PG_METHODS)} "
+                                               f"(got {self.sup_pg_method!r})")
+        need(self.sup_max_labels is None or (isinstance(self.sup_max_labels, (int, np.integer))
+                                             and self.sup_max_labels >= 1),
+             f"sup_max_labels must be None or an integer >= 1 (got {self.sup_max_labels!r})")
+        need(self.sup_features in SUP_FEATURES, f"sup_features must be one of {SUP_FEATURES} "
+                                                f"(got {self.sup_features!r})")
+        need(isinstance(self.sup_local, (bool, np.bool_)), f"sup_local must be a bool (got {self.sup_local!r})")
 
     def _build(self) -> None:
         self.tokenizer = Tokenizer(self.min_word_len, self.max_word_len, self.stopwords)
@@ -189,6 +257,17 @@ class TopicModel:
         self.rng = np.random.default_rng(self.seed)
         self._auto_key = 0
         self.last_stats: dict = {}
+        self.head = self._new_head()
+
+    def _new_head(self) -> SupervisedHead | None:
+        if self.supervision is None:
+            return None
+        return SupervisedHead(
+            self.n_topics, self.supervision, c=self.sup_c, ell=self.sup_ell, epsilon=self.sup_epsilon,
+            prior_var=float(self.sup_prior_var), decay=float(self.sup_decay), gibbs_sweeps=int(self.sup_sweeps),
+            burn_in=None if self.sup_burn_in is None else int(self.sup_burn_in),
+            seed=int(np.random.SeedSequence([int(self.seed), 5]).generate_state(1)[0]),
+            pg_method=self.sup_pg_method, max_labels=self.sup_max_labels)
 
     # -- documents --------------------------------------------------------------------
     def tokenize(self, docs: Sequence) -> list[list[str]]:
@@ -218,16 +297,43 @@ class TopicModel:
         return batch
 
     # -- learning ---------------------------------------------------------------------
-    def process(self, batch: Batch, learn: bool = True, batch_key=None) -> LocalResult:
+    def process(self, batch: Batch, learn: bool = True, batch_key=None, labels=None) -> LocalResult:
         """Local step on ``batch`` with the current topics, then (if ``learn``) the global update.
 
-        The returned ``doc_topic`` counts were computed *before* the update: they are the
-        prequential predictions for these documents.
+        The returned ``doc_topic`` counts were computed *before* the update and without the
+        labels: they are the prequential predictions for these documents.  ``result.scores``
+        ((n_docs, n_labels) or None) and ``result.predicted`` (one prediction per document, or
+        None) come from them and the classifier as it was before this batch.
+
+        ``labels`` (supervised models): one target per document, None where a document has
+        none.  A labelled batch runs the supervised local step (the label term in the local
+        weights) for learning the topics, then trains the classifier.
         """
         t0 = time.perf_counter()
+        head = self.head
+        if labels is not None:
+            if head is None:
+                raise ValueError("labels given to a model without supervision (set supervision=...)")
+            labels = list(labels)
+            if len(labels) != batch.n_docs:
+                raise ValueError(f"{len(labels)} labels for {batch.n_docs} documents")
+            if all(_label_missing(t) for t in labels):
+                labels = None
         if learn and not self.state.initialized and batch.n_tokens > 0:
             self._initialize(batch)
-        result = self.local_step.infer(self.state, batch, summarize=learn)
+        sup_step = learn and labels is not None and batch.n_docs > 0
+        if sup_step:
+            # prequential: the label-free local step gives the predictions and the returned theta
+            pre = self.local_step.infer(self.state, batch, summarize=False)
+            scores, predicted = self._predict_from(pre.doc_topic)
+            targets = head.encode_targets(labels, grow=True)
+            if self.sup_local:
+                result = self.local_step.infer(self.state, batch, summarize=True, head=head, targets=targets)
+            else:
+                result = self.local_step.infer(self.state, batch, summarize=True)
+        else:
+            result = pre = self.local_step.infer(self.state, batch, summarize=learn)
+            scores, predicted = self._predict_from(pre.doc_topic)
         t1 = time.perf_counter()
         info: dict = {}
         if learn and batch.n_docs > 0:
@@ -238,6 +344,15 @@ class TopicModel:
             self.state.n_updates += 1
             self.state.version += 1
         t2 = time.perf_counter()
+        if sup_step:
+            feats = pre.doc_topic if self.sup_features == "unsupervised" else result.doc_topic
+            info["supervised"] = head.update(_normalise_rows(feats), labels, batch_key=batch_key)
+            if result is not pre:
+                result.doc_topic_supervised = result.doc_topic
+                result.doc_topic = pre.doc_topic
+        t3 = time.perf_counter()
+        result.scores = scores
+        result.predicted = predicted
         n_active = max(batch.n_docs, 1)
         self.last_stats = {
             "docs": batch.n_docs, "tokens": batch.n_tokens, "dropped_tokens": batch.dropped_tokens,
@@ -247,6 +362,7 @@ class TopicModel:
             "restarts_tried": result.restarts_tried, "restarts_accepted": result.restarts_accepted,
             "objective_per_token": result.objective / batch.n_tokens if batch.n_tokens else 0.0,
             "local_seconds": t1 - t0, "update_seconds": t2 - t1, "docs_per_batch": n_active,
+            "classifier_seconds": t3 - t2,
             **result.stats, **info,
         }
         return result
@@ -261,11 +377,31 @@ class TopicModel:
             return self.updater.apply(self.state, summary, batch_key, new_objective=objective)
         return self.updater.apply(self.state, summary)
 
-    def partial_fit(self, docs: Sequence, batch_key=None) -> "TopicModel":
-        """Learn from one minibatch (raw strings or token lists).  Returns self."""
+    def partial_fit(self, docs: Sequence, labels=None, batch_key=None) -> "TopicModel":
+        """Learn from one minibatch (raw strings or token lists).  Returns self.
+
+        ``labels`` (supervised models): list[str] (multi-class), list[list[str]] (multi-label)
+        or list[float] (regression), one per document; None entries are unlabelled documents,
+        which still train the topics.  Label values not seen before join the classifier.
+        """
+        docs = self._check_docs_labels(docs, labels)
         batch = self.prepare(self.tokenize(docs), grow=True)
-        self.process(batch, learn=True, batch_key=batch_key)
+        self.process(batch, learn=True, batch_key=batch_key, labels=labels)
         return self
+
+    def _check_docs_labels(self, docs, labels):
+        if labels is None:
+            return docs
+        if self.head is None:
+            raise ValueError("labels given to a model without supervision (set supervision=...)")
+        if isinstance(labels, (str, bytes)) or not hasattr(labels, "__len__"):
+            raise TypeError("labels must be a sequence with one target per document")
+        if isinstance(docs, (str, bytes)):
+            raise TypeError("docs must be a sequence of documents (a list of str or of token lists), not one str")
+        docs = list(docs)
+        if len(labels) != len(docs):
+            raise ValueError(f"{len(labels)} labels for {len(docs)} documents")
+        return docs
 
     def fit(self, docs: Sequence, n_sweeps: int = 200, labels=None) -> "TopicModel":
         """Batch mode of the alias engine: ``n_sweeps`` collapsed sweeps over ``docs`` held in memory.
@@ -289,10 +425,11 @@ class TopicModel:
                                                     seed=int(self.rng.integers(1 << 62)))
         return self
 
-    def partial_fit_transform(self, docs: Sequence, batch_key=None) -> np.ndarray:
+    def partial_fit_transform(self, docs: Sequence, labels=None, batch_key=None) -> np.ndarray:
         """Prequential step: document-topic proportions under the model *before* learning from docs."""
+        docs = self._check_docs_labels(docs, labels)
         batch = self.prepare(self.tokenize(docs), grow=True)
-        result = self.process(batch, learn=True, batch_key=batch_key)
+        result = self.process(batch, learn=True, batch_key=batch_key, labels=labels)
         return self.theta(result.doc_topic)
 
     def _initialize(self, batch: Batch) -> None:
@@ -352,6 +489,50 @@ class TopicModel:
         """Document-topic proportions (n_docs, K) under the current topics; rows sum to one."""
         return self.transform_batch(self.prepare(self.tokenize(docs), grow=False))
 
+    # -- supervised prediction ----------------------------------------------------------
+    @property
+    def label_names(self) -> list[str]:
+        """Labels known to the classifier, in score-column order (empty for regression / unsupervised)."""
+        if self.head is None or self.head.task == "regression":
+            return []
+        return list(self.head.labels.labels)
+
+    def _predict_from(self, doc_topic: np.ndarray):
+        """(scores, predictions) of the classifier on expected topic counts; (None, None) when untrained."""
+        head = self.head
+        if head is None or head.n_updates == 0 or head.n_labels == 0:
+            return None, None
+        Z = _normalise_rows(doc_topic)
+        return head.scores(Z), head.predict(Z)
+
+    def _zbar_docs(self, docs: Sequence) -> np.ndarray:
+        """Topic proportions of new documents from the unsupervised local step (the classifier's features)."""
+        batch = self.prepare(self.tokenize(docs), grow=False)
+        out = np.empty((batch.n_docs, self.n_topics))
+        for lo in range(0, batch.n_docs, _TRANSFORM_CHUNK):
+            hi = min(lo + _TRANSFORM_CHUNK, batch.n_docs)
+            part = _slice_batch(batch, lo, hi)
+            out[lo:hi] = _normalise_rows(self.local_step.infer(self.state, part, summarize=False).doc_topic)
+        return out
+
+    def _need_head(self) -> SupervisedHead:
+        if self.head is None:
+            raise RuntimeError("this model has no supervision (set supervision=... and train with labels)")
+        return self.head
+
+    def predict_scores(self, docs: Sequence) -> np.ndarray:
+        """Per-label scores eta_y^T zbar_d, (n_docs, n_labels) in ``label_names`` order
+        (regression: (n_docs, 1), the predicted response).  zbar_d comes from the unsupervised
+        local step with the current topics; eta is the average of the retained samples."""
+        head = self._need_head()
+        return head.scores(self._zbar_docs(docs))
+
+    def predict(self, docs: Sequence) -> list:
+        """Predicted label per document (multi-class: str, None before any label was seen;
+        multi-label: list[str] of the labels with a positive score; regression: float)."""
+        head = self._need_head()
+        return head.predict(self._zbar_docs(docs))
+
     def topic_word(self) -> np.ndarray:
         """Topic-word probabilities E[phi] as (K, V); rows sum to one."""
         return self.state.topic_word()
@@ -405,6 +586,11 @@ class TopicModel:
         }
         arrays = dict(self.state.arrays())
         arrays["vocab_counts"] = self.vocab.counts
+        if self.head is not None:
+            h_header, h_arrays = self.head.state()
+            header["supervised"] = h_header
+            for name, a in h_arrays.items():
+                arrays["sup_" + name] = a
         items = self.updater.cache_items()
         if items:
             header["memo_keys"] = [k for k, _ in items]
@@ -429,6 +615,11 @@ class TopicModel:
             raise ValueError(f"vocabulary has {len(model.vocab)} words but the state has {model.state.n_words}")
         model.rng = _decode_rng(header["rng"])
         model._auto_key = int(header.get("auto_key", 0))
+        if "supervised" in header:
+            if model.head is None:
+                raise ValueError("snapshot holds a supervised head but its params have supervision=None")
+            model.head = SupervisedHead.restore(
+                header["supervised"], {k[4:]: v for k, v in arrays.items() if k.startswith("sup_")})
         if "memo_keys" in header:
             items = []
             rows = arrays["memo_rows"]
@@ -458,6 +649,12 @@ def load_snapshot(path) -> TopicModel:
     model = TopicModel.from_snapshot_parts(header, arrays)
     model.snapshot_info["path"] = str(Path(path))
     return model
+
+
+def _normalise_rows(doc_topic: np.ndarray) -> np.ndarray:
+    """zbar_d = N_dk / N_d (rows of empty documents stay zero)."""
+    tot = doc_topic.sum(axis=1, keepdims=True)
+    return np.ascontiguousarray(doc_topic / np.where(tot > 0, tot, 1.0))
 
 
 def _slice_batch(batch: Batch, lo: int, hi: int) -> Batch:

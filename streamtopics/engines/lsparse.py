@@ -15,6 +15,24 @@ try to drop each small active topic, run a few iterations and keep the proposal 
 the document objective improves.
 
 alpha here is the per-topic Dirichlet concentration (the paper's alpha/K).
+
+Supervised local step (docs/supervised.md §5.2-§5.3).  With a classifier head and the
+batch's targets, a labelled document's weights gain the gradient of the expected
+pseudo-likelihood E_q[log psi_d] of its labels:
+
+    W_duk = E[log phi_{k v_du}] + E[log pi_dk] + G_dk,
+    G_dk = sum_y (E kappa_dy / N - E rho_dy mbar_dy / N^2) e_yk
+                 - E rho_dy / (2 N^2) (e_yk^2 + v_yk (1 + 2 cbar_dk)),
+
+with e, v the mean and variance of q(eta), cbar_dk = N_dk (N - 1)/N and mbar_dy = e_y^T cbar_d.
+G_dk is the average over the document's N tokens of the exact per-token gradient (§5.2
+uses each token's own "counts without me" c^{-n}; those are linear in c^{-n} and average
+to cbar), so it depends on (d, k) only and enters through the per-topic term P_k, like
+E[log pi_dk]: the cost is O(n_labels) per active topic per iteration, the per-token work
+and the L-sparse selection are unchanged.  The expected augmentation (E rho, E kappa) is
+recomputed from the exact E[omega], E[omega^2] of the current responsibilities on the
+selection iterations (O(n_labels L) per word type there).  Restart proposals compare the
+unsupervised objective, so labelled documents skip them.
 """
 from __future__ import annotations
 
@@ -201,6 +219,101 @@ def _cold_start(loc, cnt, s, e, L, init_idx, init_val, N, sel, in_sel, top_idx, 
     return n_sel
 
 
+HINGE, LOGISTIC, REGRESSION = 0, 1, 2  # = supervised.classifier.LOSSES
+
+
+@njit(cache=True, nogil=True)
+def _sup_coefs(loc, cnt, s, e, nd, N, sel, n_sel, top_idx, top_r, top_n, E, V, y, mask, loss, c, ell, eps,
+               rho, kappa, tmp):
+    """Mean-field E[rho_dy], E[kappa_dy] of one document from its current responsibilities.
+
+    E omega and E omega^2 as in docs/supervised.md §5.2 (``omega_moments``), then q(lam) per loss
+    (``SupervisedHead.expected_coefficients``): hinge E[1/lam] = 1/(c sqrt(E zeta^2)) (GIG(1/2, 1,
+    c^2 E zeta^2)); logistic E lam = c tanh(w/2)/(2w), w = sqrt(E omega^2) (PG(c, w) mean);
+    regression one inverse-Gaussian mean per half of the eps-insensitive loss.
+    """
+    Ly = E.shape[0]
+    inv = 1.0 / nd
+    for l in range(Ly):
+        if not mask[l]:
+            rho[l] = 0.0
+            kappa[l] = 0.0
+            continue
+        m1 = 0.0
+        diag = 0.0
+        for a in range(n_sel):
+            k = sel[a]
+            z = N[k] * inv
+            m1 += E[l, k] * z
+            diag += V[l, k] * z * z
+        tok = 0.0  # sum_n [sum_k phi_nk (e_k^2 + v_k) - (phi_n^T e)^2 - sum_k phi_nk^2 v_k]
+        for j in range(s, e):
+            pe = 0.0
+            q = 0.0
+            for t in range(top_n[j]):
+                k = top_idx[j, t]
+                r = top_r[j, t]
+                ek = E[l, k]
+                pe += r * ek
+                q += r * (ek * ek + V[l, k]) - r * r * V[l, k]
+            tok += cnt[j] * (q - pe * pe)
+        m2 = m1 * m1 + diag + tok * inv * inv
+        if m2 < m1 * m1:
+            m2 = m1 * m1
+        yy = y[l]
+        if loss == HINGE:
+            ez2 = ell * ell - 2.0 * ell * yy * m1 + m2
+            if ez2 < 1e-300:
+                ez2 = 1e-300
+            il = 1.0 / (c * math.sqrt(ez2))
+            rho[l] = c * c * il
+            kappa[l] = c * yy * (1.0 + c * ell * il)
+        elif loss == LOGISTIC:
+            wv = math.sqrt(m2)
+            if wv < 1e-6:
+                rho[l] = c * (0.25 - wv * wv / 48.0)
+            else:
+                rho[l] = c * math.tanh(0.5 * wv) / (2.0 * wv)
+            kappa[l] = 0.5 * c * yy
+        else:
+            e1 = (yy - eps) * (yy - eps) - 2.0 * (yy - eps) * m1 + m2
+            e2 = (yy + eps) * (yy + eps) - 2.0 * (yy + eps) * m1 + m2
+            if e1 < 1e-300:
+                e1 = 1e-300
+            if e2 < 1e-300:
+                e2 = 1e-300
+            il = 1.0 / (c * math.sqrt(e1))
+            io = 1.0 / (c * math.sqrt(e2))
+            rho[l] = c * c * (il + io)
+            kappa[l] = c * c * ((yy - eps) * il + (yy + eps) * io)
+
+
+@njit(cache=True, nogil=True)
+def _sup_weights(nd, N, sel, n_sel, E, V, rho, kappa, G, mbar):
+    """G_k (module docstring): the token-averaged supervised gradient for every active topic k."""
+    Ly = E.shape[0]
+    inv = 1.0 / nd
+    n2 = inv * inv
+    shrink = (nd - 1.0) * inv  # cbar = N_d (N - 1) / N: the counts without one (average) token
+    for a in range(n_sel):
+        G[sel[a]] = 0.0
+    for l in range(Ly):
+        if rho[l] == 0.0 and kappa[l] == 0.0:
+            mbar[l] = 0.0
+            continue
+        m = 0.0
+        for a in range(n_sel):
+            k = sel[a]
+            m += E[l, k] * N[k]
+        mbar[l] = m * shrink
+        lin = kappa[l] * inv - rho[l] * mbar[l] * n2
+        b = 0.5 * rho[l] * n2
+        for a in range(n_sel):
+            k = sel[a]
+            ek = E[l, k]
+            G[k] += lin * ek - b * (ek * ek + V[l, k] * (1.0 + 2.0 * N[k] * shrink))
+
+
 @njit(cache=True, nogil=True)
 def _iterate(C, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
              top_idx, top_r, top_e, top_n, vals, idxbuf, w, proposal=False):
@@ -224,6 +337,38 @@ def _iterate(C, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, fi
             select = 2 if it == first_iter else 0
         else:
             select = 1 if (it <= 5 or it % 10 == 0) else 0
+        n_sel, delta = _resp_pass(C, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
+                                  top_idx, top_r, top_e, top_n, vals, idxbuf, w)
+        if delta < tol:
+            break
+    return n_sel, it
+
+
+@njit(cache=True, nogil=True)
+def _iterate_sup(C, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
+                 top_idx, top_r, top_e, top_n, vals, idxbuf, w,
+                 nd, E, V, yd, md, loss, c, ell, sup_eps, rho, kappa, G, mbar, tmp):
+    """``_iterate`` with the label term: P_k = E[log pi_dk] + G_dk (docs/supervised.md §5.3).
+
+    The expected augmentation (rho, kappa) is refreshed on the selection iterations from the
+    current responsibilities; G is recomputed every iteration from the current N_d.
+    """
+    it = 0
+    for it in range(first_iter, max_iter + 1):
+        select = 1 if (it <= 5 or it % 10 == 0) else 0
+        if select == 1 or it == first_iter:
+            _sup_coefs(loc, cnt, s, e, nd, N, sel, n_sel, top_idx, top_r, top_n, E, V, yd, md, loss, c, ell,
+                       sup_eps, rho, kappa, tmp)
+        _sup_weights(nd, N, sel, n_sel, E, V, rho, kappa, G, mbar)
+        pmx = -np.inf
+        for a in range(n_sel):
+            k = sel[a]
+            P[k] = digamma(N[k] + alpha) + G[k]  # Eq. 10 plus the label term
+            if P[k] > pmx:
+                pmx = P[k]
+        for a in range(n_sel):
+            k = sel[a]
+            eP[k] = math.exp(P[k] - pmx)
         n_sel, delta = _resp_pass(C, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
                                   top_idx, top_r, top_e, top_n, vals, idxbuf, w)
         if delta < tol:
@@ -264,6 +409,21 @@ def lsparse_batch(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_tr
     the per-entry top-L topics/responsibilities, per-document iteration counts and
     objective terms, and restart statistics.
     """
+    E0 = np.zeros((0, C.shape[1]))
+    y0 = np.zeros((0, 0))
+    m0 = np.zeros((0, 0), dtype=np.uint8)
+    out = lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_trials, restart_iters,
+                            False, E0, E0, y0, m0, 0, 1.0, 0.0, 0.0)
+    return out[:11]
+
+
+@njit(cache=True, nogil=True)
+def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_trials, restart_iters,
+                      sup, E, V, Y, M, loss, c, ell, sup_eps):
+    """``lsparse_batch`` with an optional label term (``sup``): documents with any target in
+    ``M`` (D, n_labels) run ``_iterate_sup`` with q(eta) = N(E, V) and targets Y; the others,
+    and every document when ``sup`` is False, run exactly the unsupervised step.  Also returns
+    the final expected augmentation (rho, kappa), shape (D, n_labels)."""
     D = doc_ptr.shape[0] - 1
     K = C.shape[1]
     nnz = loc.shape[0]
@@ -300,20 +460,41 @@ def lsparse_batch(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_tr
     order = np.empty(K, dtype=np.int64)
     tried = 0
     accepted = 0
+    Ly = E.shape[0]
+    sup_rho = np.zeros((D if sup else 0, Ly))
+    sup_kappa = np.zeros((D if sup else 0, Ly))
+    G = np.zeros(K)
+    mbar = np.zeros(Ly)
+    tmp = np.zeros(Ly)
     for d in range(D):
         s = doc_ptr[d]
         e = doc_ptr[d + 1]
         if e == s:
             continue
         N = doc_topic[d]
+        labelled = False
+        if sup:
+            for l in range(Ly):
+                if M[d, l]:
+                    labelled = True
+                    break
         # Cold start: uniform document prior, the topic-word weights alone pick the top L.
         n_sel = _cold_start(loc, cnt, s, e, Lc, init_idx, init_val, N, sel, in_sel, top_idx, top_r, top_e, top_n)
-        n_sel, it = _iterate(C, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter, tol,
-                             eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w)
+        if labelled:
+            nd = 0.0
+            for j in range(s, e):
+                nd += cnt[j]
+            n_sel, it = _iterate_sup(C, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter,
+                                     tol, eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w,
+                                     nd, E, V, Y[d], M[d], loss, c, ell, sup_eps, sup_rho[d], sup_kappa[d], G, mbar,
+                                     tmp)
+        else:
+            n_sel, it = _iterate(C, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter, tol,
+                                 eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w)
         iters[d] = it
         dt, et, at = _doc_terms(C, loc, cnt, s, e, alpha, K, N, sel, n_sel, top_idx, top_r, top_n)
         best = dt + et + at
-        if restart_trials > 0 and restart_iters > 0 and n_sel > 1:
+        if restart_trials > 0 and restart_iters > 0 and n_sel > 1 and not labelled:
             # Try removing the smallest active topics first (they are the likeliest to be spurious).
             m = 0
             for a in range(n_sel):
@@ -378,7 +559,7 @@ def lsparse_batch(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_tr
         n_active[d] = n_sel
         for a in range(n_sel):
             in_sel[sel[a]] = 0
-    return doc_topic, top_idx, top_r, top_n, iters, n_active, data, ent, alloc, tried, accepted
+    return doc_topic, top_idx, top_r, top_n, iters, n_active, data, ent, alloc, tried, accepted, sup_rho, sup_kappa
 
 
 @njit(cache=True, nogil=True)
@@ -434,20 +615,37 @@ class LSparseEngine:
     restart_iters: int = 2
     name: str = "lsparse"
 
-    def infer(self, state, batch, summarize: bool = True) -> LocalResult:
+    def infer(self, state, batch, summarize: bool = True, head=None, targets=None) -> LocalResult:
+        """Local step on ``batch``.  With ``head`` (a SupervisedHead) and ``targets`` (its
+        ``Targets`` for this batch) labelled documents get the label term in their weights
+        (module docstring); ``result.sup_rho`` / ``result.sup_kappa`` (D, n_labels) hold the
+        final expected augmentation.  Without them the result is the unsupervised step's, bit for bit."""
         C = state.expected_log_phi(batch.uniq)
-        out = lsparse_batch(
-            C, batch.doc_ptr, batch.local, batch.counts, float(state.alpha), int(self.sparsity),
-            int(self.max_iter), float(self.tol), float(self.active_eps),
-            int(self.restart_trials), int(self.restart_iters),
-        )
-        doc_topic, top_idx, top_r, top_n, iters, n_active, data, ent, alloc, tried, accepted = out
+        args = (C, batch.doc_ptr, batch.local, batch.counts, float(state.alpha), int(self.sparsity),
+                int(self.max_iter), float(self.tol), float(self.active_eps),
+                int(self.restart_trials), int(self.restart_iters))
+        sup_stats: dict = {}
+        if head is not None and targets is not None and head.n_labels > 0:
+            from ..supervised.classifier import LOSSES
+
+            E = np.ascontiguousarray(head.eta_mean, dtype=np.float64)
+            V = np.ascontiguousarray(np.maximum(head.eta_sq_mean - E * E, 0.0))
+            Y = np.ascontiguousarray(targets.y, dtype=np.float64)
+            M = np.ascontiguousarray(targets.mask, dtype=np.uint8)
+            if Y.shape != (batch.n_docs, E.shape[0]):
+                raise ValueError(f"targets encode {Y.shape}, expected ({batch.n_docs}, {E.shape[0]})")
+            out = lsparse_batch_sup(*args, True, E, V, Y, M, LOSSES[head.loss], float(head.c), float(head.ell),
+                                    float(head.epsilon))
+            sup_stats = {"sup_rho": out[11], "sup_kappa": out[12]}
+        else:
+            out = lsparse_batch(*args)
+        doc_topic, top_idx, top_r, top_n, iters, n_active, data, ent, alloc, tried, accepted = out[:11]
         summary = None
         if summarize:
             summary = summarize_sparse(batch, top_idx, top_r, top_n, state.n_topics)
             summary.entropy = float(ent.sum())
             summary.alloc = float(alloc.sum())
-        return LocalResult(
+        result = LocalResult(
             doc_topic=doc_topic,
             summary=summary,
             iterations=iters,
@@ -456,6 +654,9 @@ class LSparseEngine:
             restarts_accepted=int(accepted),
             stats={"active_topics": float(n_active.mean()) if n_active.size else 0.0},
         )
+        for name, v in sup_stats.items():
+            setattr(result, name, v)
+        return result
 
     def config(self) -> dict:
         return {
