@@ -58,8 +58,9 @@ from .config import Config, ConfigError, ModelConfig
 from .metrics import Metrics, MetricsServer
 from .model import TopicModel, load_snapshot
 from .snapshot import SnapshotWriteError, snapshot_name
+from .stream import faults
 from .stream.codec import (
-    REASONS,
+    ALL_REASONS,
     DeadLetter,
     Document,
     decode_message,
@@ -277,7 +278,7 @@ class Daemon:
         if errs:
             raise ConfigError(errs)
         self.cfg = cfg
-        self.metrics = metrics or Metrics(dead_letter_reasons=sorted(REASONS))
+        self.metrics = metrics or Metrics(dead_letter_reasons=sorted(ALL_REASONS))
         self.metrics.set_build_info(__version__, cfg.model.engine, cfg.model.update)
         self.serve_metrics = serve_metrics
         self.track_topics = int(track_topics)
@@ -382,6 +383,7 @@ class Daemon:
             self._startup()
             while not self._stop.is_set():
                 self._tick()
+                faults.hit("poll")
                 rb = self.consumer.next_batch(self._poll_tick_s, should_stop=self._stop.is_set)
                 self._tick()
                 if rb is not None:
@@ -412,6 +414,7 @@ class Daemon:
 
     def _startup(self) -> None:
         cfg = self.cfg
+        faults.hit("startup")
         self.metrics.set_broker_up(False)
         self.metrics.set_ready(False)
         if self.serve_metrics:
@@ -421,8 +424,10 @@ class Daemon:
             "version": __version__, "instance": self.instance, "config": cfg.to_dict(),
             "metrics_url": self.metrics_url})
         self._load_model()
+        faults.hit("model_loaded")
         self._started.set()  # the metrics endpoint answers and the model is loaded
         self._connect()
+        faults.hit("connected")
 
     def _load_model(self) -> None:
         self.store.clean_temp()
@@ -520,6 +525,7 @@ class Daemon:
     # -- consumer callbacks ------------------------------------------------------------
 
     def _decode(self, record) -> tuple[_Decoded, int]:
+        faults.hit("decode")
         docs, dead = decode_message(record.value, self.limits, topic=record.topic,
                                     partition=record.partition, offset=record.offset)
         index: list[int | None] = [None] * len(docs)
@@ -556,6 +562,7 @@ class Daemon:
 
     def _on_assigned(self, tps: list[TopicPartition]) -> None:
         self._assigned = sorted(set(self._assigned) | set(tps))
+        faults.hit("assigned")
 
     def _on_revoked(self, tps: list[TopicPartition]) -> None:
         gone = set(tps)
@@ -587,6 +594,7 @@ class Daemon:
         now = time.time()
         key = _tp_key(rb.topic, rb.partition)
         self._in_batch = (key, rb.next_offset)
+        faults.hit("batch_received")
         try:
             self._learn_and_submit(rb, model, now, t_start)
         finally:
@@ -606,45 +614,34 @@ class Daemon:
                 docs.append(doc)
                 srcs.append((rec, idx))
 
-        # Tokenize; documents left with no token are dead letters, not predictions.
-        t0 = time.perf_counter()
-        self._gil_free.clear()
-        tokens = model.tokenize([d.text if d.text is not None else d.tokens for d in docs]) if docs else []
-        keep = [i for i, t in enumerate(tokens) if t]
-        if len(keep) < len(docs):
-            kept = set(keep)
-            for i in range(len(docs)):
-                if i in kept:
-                    continue
-                rec, idx = srcs[i]
-                dead.append(DeadLetter(
-                    "empty_document", "no token left after tokenization (stopwords, short or long words only)",
-                    idx, rec.topic, rec.partition, rec.offset,
-                    rec.value if idx is None else encode_document(docs[i])))
-        stages = {"decode": rb.decode_seconds + (time.perf_counter() - t0), "predict": 0.0, "learn": 0.0}
-
+        # Tokenize, predict, learn. A document that makes the model raise must not crash the
+        # daemon into a restart loop (the same batch again after every restart): its documents
+        # go to the dead-letter topic as ``model_error`` and the stream goes on.
+        stages = {"decode": rb.decode_seconds, "predict": 0.0, "learn": 0.0}
+        texts = [d.text if d.text is not None else d.tokens for d in docs]
         version = model.version  # the model that predicts (before learning this batch)
-        n_tokens = 0
-        theta = None
-        if keep:
-            t0 = time.perf_counter()
-            batch = model.prepare([tokens[i] for i in keep], grow=True)
-            stages["decode"] += time.perf_counter() - t0
+        try:
+            keep, empty, theta, n_tokens = self._model_step(model, texts, list(range(len(docs))),
+                                                            batch_key, stages)
+        except Exception as exc:  # noqa: BLE001 - any failure of the model on this input
+            keep, empty, theta, n_tokens = self._model_failure(model, texts, batch_key, stages, exc, version,
+                                                               docs, srcs, dead)
+        finally:
             self._gil_free.set()
-            self.consumer.prefetch()  # the next records arrive while the kernels run
-            res = model.process(batch, learn=True, batch_key=batch_key)
-            theta = model.theta(res.doc_topic)
-            st = model.last_stats
-            stages["predict"], stages["learn"] = st.get("local_seconds", 0.0), st.get("update_seconds", 0.0)
-            n_tokens = int(batch.n_tokens)
-            self._observe_inference(st)
-        self._gil_free.set()
+        for i in empty:
+            rec, idx = srcs[i]
+            dead.append(DeadLetter(
+                "empty_document", "no token left after tokenization (stopwords, short or long words only)",
+                idx, rec.topic, rec.partition, rec.offset,
+                rec.value if idx is None else encode_document(docs[i])))
+        faults.hit("learned")
         # Model and offsets move together, in memory, before anything else can happen (unless
         # the log was found reset during the batch: its old offsets mean nothing any more).
         if self._in_batch[0] is not None:
             self.offsets[self._in_batch[0]] = rb.next_offset
         self._dirty = True
         self._update_model_metrics()
+        faults.hit("offsets_advanced")
 
         # Dead letters and predictions are encoded and sent on the publisher thread while the
         # next batch is learned.
@@ -664,11 +661,84 @@ class Daemon:
             log.error("cannot hand predictions to the publisher (stopping while the broker is away): "
                       "this batch will be read and learned again after restart",
                       extra={"partition": rb.partition, "first_offset": rb.first_offset})
+        faults.hit("submitted")
         if log.isEnabledFor(logging.DEBUG):
             log.debug("batch learned", extra={
                 "partition": rb.partition, "first_offset": rb.first_offset, "next_offset": rb.next_offset,
                 "docs": len(keep), "dead_letters": len(dead), "tokens": n_tokens, "version": model.version,
                 "complete": rb.complete})
+
+    def _model_step(self, model: TopicModel, texts: list, idx: list[int], batch_key: str,
+                    stages: dict[str, float]) -> tuple[list[int], list[int], np.ndarray | None, int]:
+        """Tokenize ``texts`` (positions ``idx`` of the batch), predict and learn.
+
+        Returns (kept positions, positions left without tokens, theta of the kept ones, tokens).
+        """
+        t0 = time.perf_counter()
+        self._gil_free.clear()
+        tokens = model.tokenize(texts) if texts else []
+        faults.hit("tokenized")
+        keep = [idx[j] for j, t in enumerate(tokens) if t]
+        empty = [idx[j] for j, t in enumerate(tokens) if not t]
+        stages["decode"] += time.perf_counter() - t0
+        if not keep:
+            return keep, empty, None, 0
+        t0 = time.perf_counter()
+        batch = model.prepare([t for t in tokens if t], grow=True)
+        stages["decode"] += time.perf_counter() - t0
+        faults.hit("prepared")
+        self._gil_free.set()
+        self.consumer.prefetch()  # the next records arrive while the kernels run
+        faults.hit("learn")
+        res = model.process(batch, learn=True, batch_key=batch_key)
+        theta = model.theta(res.doc_topic)
+        st = model.last_stats
+        stages["predict"], stages["learn"] = st.get("local_seconds", 0.0), st.get("update_seconds", 0.0)
+        self._observe_inference(st)
+        return keep, empty, theta, int(batch.n_tokens)
+
+    def _model_failure(self, model: TopicModel, texts: list, batch_key: str, stages: dict[str, float],
+                       exc: BaseException, version: int, docs: list[Document], srcs: list,
+                       dead: list[DeadLetter]) -> tuple[list[int], list[int], np.ndarray | None, int]:
+        """The model raised on a batch: dead-letter the documents it raises on and learn the rest.
+
+        Narrowing: each document alone is tokenized and predicted without learning; the ones
+        that raise are dead letters (``model_error``), and the batch is learned without them.
+        When the update itself had already run, or no single document raises, or the rest
+        raises again, the whole batch is dead-lettered (it is never retried: no restart loop).
+        """
+        self._gil_free.set()
+        self.metrics.model_errors.inc()
+        log.error("the model raised on a batch; dead-lettering the documents it fails on",
+                  extra={"error": repr(exc), "batch_key": batch_key, "docs": len(texts)}, exc_info=exc)
+        every = list(range(len(texts)))
+        bad: list[int] = []
+        if model.version == version:  # the global update did not run: the model is as before
+            for i in every:
+                try:
+                    toks = model.tokenize([texts[i]])
+                    if toks[0]:
+                        model.process(model.prepare(toks, grow=False), learn=False)
+                except Exception:  # noqa: BLE001
+                    bad.append(i)
+        result = None
+        error = exc
+        if bad and len(bad) < len(texts) and model.version == version:
+            rest = [i for i in every if i not in set(bad)]
+            try:
+                result = self._model_step(model, [texts[i] for i in rest], rest, batch_key, stages)
+            except Exception as exc2:  # noqa: BLE001
+                error = exc2
+                log.error("the batch without the failing documents raised again; dead-lettering it all",
+                          extra={"error": repr(exc2), "batch_key": batch_key})
+        if result is None:
+            bad = every
+        detail = f"the model raised {type(error).__name__}: {error}"
+        for i in bad:
+            rec, idx = srcs[i]
+            dead.append(DeadLetter("model_error", detail, idx, rec.topic, rec.partition, rec.offset,
+                                   rec.value if idx is None else encode_document(docs[i])))
+        return result if result is not None else ([], [], None, 0)
 
     def _encode_batch(self, dead: list[DeadLetter], ids: list, theta: np.ndarray | None, version: int,
                       now: float) -> list[OutMessage]:
@@ -738,11 +808,14 @@ class Daemon:
             self._last_batch_at = job.acked_mono
             m.observe_stage("total", time.perf_counter() - meta.started)
         self._to_commit.update(commit)
+        if commit:
+            faults.hit("collected")
         now = time.monotonic()
         if self._to_commit and now - self._last_commit >= COMMIT_INTERVAL_S:
             # Advisory (the snapshot holds the truth) and a round trip each: at most once a second.
             t0 = time.perf_counter()
             self.consumer.commit_async(self._to_commit)
+            faults.hit("committed")
             m.observe_stage("commit", time.perf_counter() - t0)
             self._to_commit = {}
             self._last_commit = now
@@ -758,6 +831,7 @@ class Daemon:
     def _housekeeping(self) -> None:
         m = self.metrics
         c = self.consumer
+        faults.hit("housekeeping")
         self._collect()
         up = c.connected() and (self.publisher.healthy if self.publisher is not None else False)
         if up != self._broker_up:
@@ -866,6 +940,7 @@ class Daemon:
             "batches": self.counts["batches"], "documents": self.counts["documents"],
             "dead_letters": self.counts["dead_letters"]}}
         try:
+            faults.hit("snapshot_begin")
             path, nbytes = self.store.write(self.model, dict(self.offsets), extra)
         except SnapshotWriteError as exc:
             reason = self.metrics.snapshot_failed(exc.reason)
@@ -880,6 +955,7 @@ class Daemon:
                           extra={"reason": reason, "error": repr(exc)})
             return None
         dt = time.perf_counter() - t0
+        faults.hit("snapshot_written")
         self._tick()
         self.metrics.snapshot_succeeded(dt)
         self.last_snapshot = path
@@ -888,6 +964,7 @@ class Daemon:
         self._batches_since_snapshot = 0
         self._last_snapshot_mono = time.monotonic()
         removed = self.store.prune()
+        faults.hit("snapshot_pruned")
         log.info("snapshot written", extra={
             "path": str(path), "version": self.model.version, "bytes": nbytes, "seconds": round(dt, 4),
             "offsets": dict(self.offsets), "pruned": [p.name for p in removed]})
@@ -909,6 +986,7 @@ class Daemon:
         self.metrics.set_ready(False)
         self._gil_free.set()
         try:
+            faults.hit("shutdown")
             if self.pipeline is not None:
                 # Broker up: the last predictions are acknowledged within milliseconds. Broker away:
                 # the publisher gives up (stop is set) and the final snapshot is skipped.
@@ -920,6 +998,7 @@ class Daemon:
                                 "it will be replayed from the previous snapshot")
                 else:
                     self.snapshot()
+            faults.hit("shutdown_commit")
             if self.consumer is not None:
                 final = {tp: self.acked[_tp_key(tp.topic, tp.partition)] for tp in self._assigned
                          if _tp_key(tp.topic, tp.partition) in self.acked}

@@ -39,6 +39,11 @@ streamtopics_tokens_per_second                 gauge
 streamtopics_broker_up                         gauge
 streamtopics_ready                             gauge
 streamtopics_producer_pending_messages         gauge
+streamtopics_model_errors_total                counter
+streamtopics_partition_resets_total            counter    kind (RESET_KINDS)
+streamtopics_kafka_client_recreations_total    counter    client (consumer, producer)
+streamtopics_topic_creations_total             counter
+streamtopics_snapshot_consecutive_failures     gauge
 streamtopics_build_info                        info       version, engine, update
 =============================================  =========  =====================
 """
@@ -80,12 +85,17 @@ __all__ = [
     "STAGES",
     "PROPOSALS",
     "SNAPSHOT_FAILURE_REASONS",
+    "RESET_KINDS",
     "snapshot_failure_reason",
 ]
 
 STAGES = ("decode", "predict", "publish", "learn", "commit", "total")
 PROPOSALS = ("word", "doc", "exp")
 SNAPSHOT_FAILURE_REASONS = ("disk_full", "permission", "io_error", "other")
+# recreated: the log is shorter than the daemon's offset (topic recreated, broker lost its data);
+# truncated: records the daemon had not read yet were deleted (retention) and are skipped.
+RESET_KINDS = ("recreated", "truncated")
+CLIENTS = ("consumer", "producer")
 
 # Stage times run from sub-millisecond decode to multi-second learn steps.
 _BATCH_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -208,6 +218,31 @@ class Metrics:
                            "1 once the daemon consumes and publishes normally.", registry=r)
         self.build_info = Info("streamtopics_build", "Version and configuration.", registry=r)
 
+        # Faults survived (hardening).
+        self.model_errors = Counter(
+            "streamtopics_model_errors_total",
+            "Batches on which the model raised; their failing documents went to the dead-letter topic.",
+            registry=r)
+        self.partition_resets = Counter(
+            "streamtopics_partition_resets_total",
+            "Partition logs found recreated (shorter than the daemon's offset) or truncated "
+            "(unread records deleted).", ["kind"], registry=r)
+        self.client_recreations = Counter(
+            "streamtopics_kafka_client_recreations_total",
+            "Kafka clients rebuilt after fatal errors.", ["client"], registry=r)
+        self.topic_creations = Counter(
+            "streamtopics_topic_creations_total",
+            "Times the daemon (re)created missing topics (start-up, or a broker that lost them).",
+            registry=r)
+        self.snapshot_consecutive_failures = Gauge(
+            "streamtopics_snapshot_consecutive_failures",
+            "Snapshot attempts that failed since the last success (0 = the last one succeeded).",
+            registry=r)
+        for kind in RESET_KINDS:
+            self.partition_resets.labels(kind=kind)
+        for client in CLIENTS:
+            self.client_recreations.labels(client=client)
+
         # Pre-create labelled series at 0 so rate() and absent() behave from the start.
         for stage in STAGES:
             self.batch_duration.labels(stage=stage)
@@ -269,6 +304,7 @@ class Metrics:
         if duration_s is not None:
             self.snapshots.inc()
             self.snapshot_duration.observe(duration_s)
+            self.snapshot_consecutive_failures.set(0)
         self._last_snapshot_at = time.time() if at is None else float(at)
 
     def snapshot_failed(self, reason: str | BaseException) -> str:
@@ -277,6 +313,7 @@ class Metrics:
         if code not in SNAPSHOT_FAILURE_REASONS:
             code = "other"
         self.snapshot_failures.labels(reason=code).inc()
+        self.snapshot_consecutive_failures.inc()
         return code
 
     def set_broker_up(self, up: bool) -> None:
@@ -343,6 +380,11 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_ready": "gauge",
     "streamtopics_producer_pending_messages": "gauge",
     "streamtopics_build_info": "info",
+    "streamtopics_model_errors_total": "counter",
+    "streamtopics_partition_resets_total": "counter",
+    "streamtopics_kafka_client_recreations_total": "counter",
+    "streamtopics_topic_creations_total": "counter",
+    "streamtopics_snapshot_consecutive_failures": "gauge",
 }
 
 HealthCallback = Callable[[], tuple[bool, dict]]

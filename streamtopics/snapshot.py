@@ -29,6 +29,8 @@ import crc32c
 import msgpack
 import numpy as np
 
+from .stream import faults as _faults  # test-only fault points (no-ops unless STREAMTOPICS_FAULT is set)
+
 MAGIC = b"STOPICS\x00"
 TRAILER_MAGIC = b"STEND\x00\x00\x00"
 FORMAT_VERSION = 1
@@ -119,12 +121,19 @@ def write_snapshot(path: str | os.PathLike, header: dict, arrays: dict[str, np.n
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
-            for c in chunks:
+            _faults.hit("snapshot_write")
+            half = len(chunks) // 2
+            for i, c in enumerate(chunks):
+                if i == half:
+                    f.flush()
+                    _faults.hit("snapshot_mid_write")
                 f.write(c)
             f.flush()
             os.fsync(f.fileno())
+        _faults.hit("snapshot_before_rename")
         os.replace(tmp, path)
         tmp = None
+        _faults.hit("snapshot_after_rename")
         dfd = os.open(path.parent, os.O_RDONLY)
         try:
             os.fsync(dfd)

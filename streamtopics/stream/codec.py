@@ -75,6 +75,12 @@ Dead letters (topic ``topics.dead_letter``; message key = null)
 - ``bad_response`` / ``bad_ts``       not a finite number / out of range
 - ``unknown_field``      a key outside the schema (the detail names it)
 
+and, set by the daemon only (``DAEMON_REASONS``; ``ALL_REASONS`` is the union):
+
+- ``model_error``        the model raised on this document (tokenizer or
+  kernel failure); the daemon dead-letters the documents it can pin the
+  failure on (or, when it cannot narrow it down, the whole batch) and goes on
+
 ``detail`` is a human-readable sentence (at most 300 characters) naming the
 field and the problem. ``index`` is the element's position inside an array
 message (null for whole-message failures). ``raw`` holds the bytes that failed:
@@ -94,6 +100,8 @@ from typing import Any
 import msgpack
 
 __all__ = [
+    "ALL_REASONS",
+    "DAEMON_REASONS",
     "REASONS",
     "DeadLetter",
     "Document",
@@ -128,6 +136,10 @@ REASONS: frozenset[str] = frozenset(
         "unknown_field",
     }
 )
+
+# Set by the daemon, never by the decoder (the decoder's contract is REASONS).
+DAEMON_REASONS: frozenset[str] = frozenset({"model_error"})
+ALL_REASONS: frozenset[str] = REASONS | DAEMON_REASONS
 
 MAX_ID_CHARS = 256
 MAX_DETAIL_CHARS = 300
@@ -184,7 +196,7 @@ class DeadLetter:
 
     def __post_init__(self) -> None:
         # The reason set is a contract with dead-letter consumers: refuse new codes here.
-        if self.reason not in REASONS:
+        if self.reason not in ALL_REASONS:
             raise ValueError(f"unknown dead-letter reason {self.reason!r}")
         self.detail = _clip(str(self.detail))
 

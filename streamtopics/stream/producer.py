@@ -33,6 +33,8 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka import errors as kerrors
 
+from . import faults
+
 __all__ = ["OutMessage", "PublishAborted", "Publisher"]
 
 log = logging.getLogger(__name__)
@@ -177,6 +179,8 @@ class Publisher:
                     recreate = f"send failed: {exc!r}"
                     break
             # 2. wait for acknowledgements
+            if futures:
+                faults.hit("publish_sent")
             if futures and recreate is None:
                 try:
                     self._ensure().flush(timeout=self.flush_timeout_s)
@@ -350,9 +354,11 @@ class PublishPipeline:
                 self._gate.wait(self.max_gate_wait_s)
             if not self.failed:
                 try:
+                    faults.hit("publish_build")
                     if job.build is not None:
                         job.messages = job.build()
                     job.dropped = self.publisher.publish(job.messages, abort=self._abort)
+                    faults.hit("publish_acked")
                     job.ok = True
                     job.acked_at, job.acked_mono = time.time(), time.monotonic()
                 except PublishAborted:
