@@ -284,7 +284,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- demo
 
 
-def _demo_config(bootstrap: str, args: argparse.Namespace, snapshot_dir: Path):
+def _demo_config(bootstrap: str, args: argparse.Namespace, snapshot_dir: Path, n_docs: int | None = None):
     from .config import Config
 
     data: dict[str, Any] = {}
@@ -299,6 +299,14 @@ def _demo_config(bootstrap: str, args: argparse.Namespace, snapshot_dir: Path):
         model = data.setdefault("model", {})
         model["n_topics"] = args.topics
         model["sparsity"] = min(int(model.get("sparsity", 8)), args.topics)
+    model = data.setdefault("model", {})
+    if n_docs and not model.get("corpus_size"):
+        # The demo knows its corpus: scaling each batch to the true D (Hoffman et al.'s SVI)
+        # lets the first batches shape the topics; with D = documents seen so far the
+        # initial pseudo-counts dominate them and a few topics swallow the stream.
+        model["corpus_size"] = n_docs
+    # Two-letter tokens in 20NG are mostly uuencoded/binary debris ("ax", "ei", "cx").
+    model["min_word_len"] = max(3, int(model.get("min_word_len", 2)))
     if args.batch is not None:
         data.setdefault("batch", {})["max_docs"] = args.batch
     data.setdefault("snapshot", {})["dir"] = str(snapshot_dir)
@@ -348,7 +356,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             for p in snap_dir.glob("*.stsnap"):
                 p.unlink()
         snap_dir.mkdir(parents=True, exist_ok=True)
-        cfg, cfg_path = _demo_config(broker.bootstrap, args, snap_dir)
+        cfg, cfg_path = _demo_config(broker.bootstrap, args, snap_dir, n_docs=n)
         t = cfg.topics
         create_topics(broker.bootstrap, {t.input: 1, t.output: 1, t.dead_letter: 1})
 
@@ -477,10 +485,14 @@ def _demo_summary(s: _Style, daemon, st: dict, corpus_name: str, n: int, t_first
     print(f"  model          version {model.version}, {int(model.state.docs_seen):,} documents learned, "
           f"vocabulary {len(model.vocab):,}")
     print(f"  wall time      {time.perf_counter() - t_start:.1f} s (corpus, broker, produce, learn, snapshot)")
-    print("\n" + s.bold(f"top words of all {model.n_topics} topics"))
+    print("\n" + s.bold(f"top words of all {model.n_topics} topics") + s.dim("  (largest first; share of the corpus)"))
     width = len(str(model.n_topics - 1))
-    for k in range(model.n_topics):
-        print(f"  {s.cyan(f'{k:>{width}}')}  {' '.join(model.top_words(k, 10))}")
+    import numpy as np
+
+    mass = model.state.mu[: model.state.n_words].sum(axis=0)  # expected word counts per topic
+    share = mass / max(float(mass.sum()), 1e-300)
+    for k in np.argsort(-share, kind="stable"):
+        print(f"  {s.cyan(f'{k:>{width}}')} {share[k]:5.1%}  {' '.join(model.top_words(int(k), 10))}")
     snap = st.get("last_snapshot")
     print("\n" + s.bold("snapshot") + f"  {snap}")
     if snap:
