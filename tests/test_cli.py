@@ -152,7 +152,7 @@ def test_demo_end_to_end_small(tmp_path):
     out = res.stdout
     assert re.search(r"predictions\s+300\b", out) and re.search(r"dead letters\s+0\b", out)
     assert re.search(r"docs\s+300/300", out)  # a progress line reached the end
-    assert len(re.findall(r"^\s+[0-4]\s+\w+( \w+){9}$", out, re.M)) == 5  # ten top words for each topic
+    assert len(re.findall(r"^\s+[0-4]\s+\d+\.\d%\s+\w+( \w+){9}$", out, re.M)) == 5  # share + ten top words per topic
     snap = re.search(r"^snapshot\s+(\S+\.stsnap)$", out, re.M).group(1)
     m = load_snapshot(snap)
     assert m.state.docs_seen == 300 and m.n_topics == 5
