@@ -663,6 +663,126 @@ def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta:
     return arr, stats
 
 
+def _acceptance_sup(stats: np.ndarray) -> dict:
+    out = _acceptance(stats)
+    n = stats[6]
+    out["exp"] = float(stats[7] / n) if n else float("nan")
+    return out
+
+
+class _SupervisedSweeps:
+    """Per-sweep augmentation of the labelled documents (engine side of the supervised contract).
+
+    Holds the (D, L) coefficient arrays the kernel reads; ``augment(z)`` redraws them exactly
+    from the documents' current zbar with the head's current eta sample (IG for the hinge,
+    PG for the logistic loss; docs/supervised.md §2) and keeps them for the eta step.
+    """
+
+    def __init__(self, head, targets, tok_ptr, K: int):
+        self.head = head
+        self.K = K
+        self.tok_ptr = tok_ptr
+        D = tok_ptr.shape[0] - 1
+        L = head.n_labels
+        if targets.y.shape != (D, L):
+            raise ValueError(f"targets encode {targets.y.shape}, expected ({D}, {L}) (encode them with the same head)")
+        lengths = np.diff(tok_ptr)
+        self.rows = np.flatnonzero(targets.mask.any(axis=1) & (lengths > 0)) if L > 0 else np.zeros(0, np.int64)
+        self.sup_doc = np.zeros(D, dtype=np.bool_)
+        self.sup_doc[self.rows] = True
+        self.targets = type(targets)(np.ascontiguousarray(targets.y[self.rows]),
+                                     np.ascontiguousarray(targets.mask[self.rows]))
+        self.inv_len = 1.0 / np.maximum(lengths, 1).astype(np.float64)
+        self.rho = np.zeros((D, max(L, 1)))
+        self.kappa = np.zeros((D, max(L, 1)))
+        self.counts = np.zeros((D, K))
+        self.eta = head.eta if L > 0 else np.zeros((1, K))
+
+    def zbar(self, z) -> np.ndarray:
+        from .alias_supervised import doc_topic_counts
+
+        doc_topic_counts(z, self.tok_ptr, self.K, self.counts)
+        return self.counts[self.rows] * self.inv_len[self.rows, None]
+
+    def augment(self, z) -> None:
+        if self.rows.size == 0:
+            return
+        rho, kappa = self.head.sample_augmentation(self.zbar(z), self.targets)
+        self.rho[self.rows] = rho
+        self.kappa[self.rows] = kappa
+        self.eta = self.head.eta
+
+
+def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta: float, n_vocab: int,
+                                 n_sweeps: int, seed: int, head, targets, mh_steps: int = 2, proposal: str = "cycle",
+                                 table_draws: int | None = None, callback: Callable | None = None,
+                                 callback_every: int = 0, alpha_proposal: str = "word", eta_sweeps: int = 1,
+                                 eta_burn_in: int | None = None) -> tuple[SamplerArrays, dict]:
+    """Supervised batch mode (LightMedLDA §3): from a uniform start, each sweep draws the
+    augmentation given (Z, eta), then Z by word/doc/exp-proposal MH given (augmentation, eta),
+    then ``eta_sweeps`` coordinate-wise Gibbs sweeps of eta given (Z, augmentation).  eta
+    samples of the sweeps >= ``eta_burn_in`` (default n_sweeps // 2) are averaged into
+    ``head.eta_mean`` (prediction), and the batch is folded into the head's carried statistics
+    with the retained sweeps' average augmentation (``head.end_batch``).
+    """
+    from . import alias_supervised as sup
+
+    if proposal not in PROPOSALS:
+        raise ValueError(f"proposal must be one of {PROPOSALS} (got {proposal!r})")
+    if alpha_proposal not in ALPHA_PROPOSALS:
+        raise ValueError(f"alpha_proposal must be one of {ALPHA_PROPOSALS} (got {alpha_proposal!r})")
+    K = int(n_topics)
+    T = K if table_draws is None else int(table_draws)
+    n_sweeps = int(n_sweeps)
+    burn = n_sweeps // 2 if eta_burn_in is None else min(int(eta_burn_in), n_sweeps - 1)
+    arr = SamplerArrays.allocate(U, tok_w.shape[0], K, T)
+    Gk = np.full(K, n_vocab * beta)
+    G = np.zeros((1, 1))
+    seeds = np.random.SeedSequence(seed).generate_state(n_sweeps + 1, dtype=np.uint32)
+    sv = _SupervisedSweeps(head, targets, tok_ptr, K)
+    mixture = proposal == "mixture"
+    word_prior = alpha_proposal == "word"
+    total = np.zeros(sup.N_STATS, dtype=np.int64)
+    t_kernel = t_head = 0.0
+    t0 = time.perf_counter()
+    total += sup.run_sweeps(arr, seeds[0], tok_w, tok_ptr, Gk, G, False, beta, alpha, 0, mh_steps, mixture, 1,
+                            sv.eta, sv.rho, sv.kappa, sv.sup_doc, word_prior=word_prior)
+    t_kernel += time.perf_counter() - t0
+    head.begin_batch(None)
+    Lr = sv.rows.size
+    rho_sum = np.zeros((Lr, head.n_labels))
+    kappa_sum = np.zeros_like(rho_sum)
+    kept = 0
+    zb = None
+    for sweep in range(n_sweeps):
+        t0 = time.perf_counter()
+        sv.augment(arr.z)
+        t1 = time.perf_counter()
+        total += sup.run_sweeps(arr, seeds[sweep + 1], tok_w, tok_ptr, Gk, G, False, beta, alpha, 1, mh_steps,
+                                mixture, 0, sv.eta, sv.rho, sv.kappa, sv.sup_doc, word_prior=word_prior)
+        t2 = time.perf_counter()
+        if Lr:
+            zb = sv.zbar(arr.z)
+            retain = sweep >= burn
+            head.sample_eta(zb, sv.rho[sv.rows], sv.kappa[sv.rows], n_sweeps=int(eta_sweeps), retain=retain)
+            if retain:
+                rho_sum += sv.rho[sv.rows]
+                kappa_sum += sv.kappa[sv.rows]
+                kept += 1
+        t_kernel += t2 - t1
+        t_head += (t1 - t0) + (time.perf_counter() - t2)
+        if callback and callback_every > 0 and (sweep + 1) % callback_every == 0:
+            callback(sweep + 1, arr)
+    if Lr and kept:
+        head.end_batch(zb, rho_sum / kept, kappa_sum / kept)
+    stats = {"mh_acceptance": _acceptance_sup(total), "alias_rebuilds": int(total[_S_REBUILDS]),
+             "sweeps": n_sweeps, "sampling_seconds": t_kernel + t_head, "kernel_seconds": t_kernel,
+             "supervised_seconds": t_head, "changed_per_sweep": float(total[_S_CHANGED]) / max(n_sweeps, 1),
+             "exp_proposal_docs_per_sweep": float(total[sup._S_EXP_DOCS]) / max(n_sweeps, 1),
+             "supervised_docs": int(Lr), "eta_retained": kept}
+    return arr, stats
+
+
 @dataclass
 class AliasEngine:
     """Alias-MH local step; ``infer`` has the interface of ``LSparseEngine.infer``.
@@ -701,7 +821,9 @@ class AliasEngine:
             return int(self.seed_source())
         return int(self._rng.integers(1 << 62))
 
-    def infer(self, state, batch, summarize: bool = True) -> LocalResult:
+    def infer(self, state, batch, summarize: bool = True, head=None, targets=None) -> LocalResult:
+        if head is not None and targets is not None:
+            return self._infer_supervised(state, batch, summarize, head, targets)
         K = state.n_topics
         D = batch.n_docs
         U = batch.uniq.shape[0]
@@ -736,8 +858,62 @@ class AliasEngine:
                    "changed_per_token": float(stats[_S_CHANGED]) / max(N * (n_burn + n_samp), 1)},
         )
 
+    def _infer_supervised(self, state, batch, summarize, head, targets) -> LocalResult:
+        """Streaming supervised local step: per sweep, the augmentation of the labelled documents
+        is drawn exactly from their current zbar (head.sample_augmentation, with the head's
+        current eta sample), then one sweep of word/doc/exp-proposal MH against the regularised
+        conditional (engines.alias_supervised).  eta stays fixed: model.py calls head.update."""
+        from . import alias_supervised as sup
+
+        K = state.n_topics
+        D = batch.n_docs
+        U = batch.uniq.shape[0]
+        seed = self._next_seed()
+        tok_w, tok_ptr = batch_tokens(batch)
+        N = tok_w.shape[0]
+        n_burn = max(int(self.burn_in), 0)
+        n_samp = max(int(self.sample_sweeps), 1)
+        n_total = n_burn + n_samp
+        T = K if self.table_draws is None else int(self.table_draws)
+        arr = SamplerArrays.allocate(U, N, K, T)
+        G = state.beta + state.scale * state.mu[batch.uniq]
+        Gk = state.lam_totals().astype(np.float64)
+        z_rec = np.zeros((n_samp if summarize else 0, N), dtype=np.int32)
+        doc_acc = np.zeros((D, K))
+        seeds = np.random.SeedSequence(seed).generate_state(n_total + 1, dtype=np.uint32)
+        sv = _SupervisedSweeps(head, targets, tok_ptr, K)
+        mixture = self.proposal == "mixture"
+        word_prior = self.alpha_proposal == "word"
+        total = np.zeros(sup.N_STATS, dtype=np.int64)
+        total += sup.run_sweeps(arr, seeds[0], tok_w, tok_ptr, Gk, G, True, state.beta, state.alpha, 0,
+                                self.mh_steps, mixture, 2, sv.eta, sv.rho, sv.kappa, sv.sup_doc,
+                                word_prior=word_prior)
+        t_head = 0.0
+        for sweep in range(n_total):
+            t0 = time.perf_counter()
+            sv.augment(arr.z)
+            t_head += time.perf_counter() - t0
+            rec = sweep - n_burn
+            total += sup.run_sweeps(arr, seeds[sweep + 1], tok_w, tok_ptr, Gk, G, True, state.beta, state.alpha, 1,
+                                    self.mh_steps, mixture, 0, sv.eta, sv.rho, sv.kappa, sv.sup_doc,
+                                    word_prior=word_prior, record_from=0 if rec >= 0 else 1,
+                                    z_rec=z_rec[rec:rec + 1] if rec >= 0 and summarize else None,
+                                    doc_acc=doc_acc if rec >= 0 else None)
+        z = arr.z
+        objective = _word_loglik(tok_w, z, arr.nq.reshape(-1), arr.nk, Gk, G.reshape(-1), True, float(state.beta)) if N else 0.0
+        summary = _summary_from_samples(batch, tok_w, z_rec, K) if summarize else None
+        return LocalResult(
+            doc_topic=doc_acc / n_samp, summary=summary, iterations=np.full(D, n_total, dtype=np.int32),
+            objective=float(objective),
+            stats={"mh_acceptance": _acceptance_sup(total), "alias_rebuilds": int(total[_S_REBUILDS]),
+                   "sweeps": n_total, "changed_per_token": float(total[_S_CHANGED]) / max(N * n_total, 1),
+                   "exp_proposal_docs": int(total[sup._S_EXP_DOCS]), "augment_seconds": t_head,
+                   "supervised_docs": int(sv.sup_doc.sum())},
+        )
+
     def fit_state(self, state, batch, n_sweeps: int, seed: int, callback: Callable | None = None,
-                  callback_every: int = 0) -> dict:
+                  callback_every: int = 0, head=None, targets=None, eta_sweeps: int = 1,
+                  eta_burn_in: int | None = None) -> dict:
         """Batch mode: collapsed sweeps over ``batch`` (all of it in memory), then state <- last sample.
 
         The target is the exact collapsed conditional with g = beta and G_k = V beta, V the
@@ -748,10 +924,17 @@ class AliasEngine:
         """
         tok_w, tok_ptr = batch_tokens(batch)
         N = int(tok_w.shape[0])
-        arr, stats = run_batch_sampler(tok_w, tok_ptr, batch.uniq.shape[0], state.n_topics, state.alpha, state.beta,
-                                       state.n_words, n_sweeps, seed, mh_steps=self.mh_steps, proposal=self.proposal,
-                                       table_draws=self.table_draws, callback=callback,
-                                       callback_every=callback_every, alpha_proposal=self.alpha_proposal)
+        if head is not None and targets is not None:
+            arr, stats = run_batch_sampler_supervised(
+                tok_w, tok_ptr, batch.uniq.shape[0], state.n_topics, state.alpha, state.beta, state.n_words,
+                n_sweeps, seed, head, targets, mh_steps=self.mh_steps, proposal=self.proposal,
+                table_draws=self.table_draws, callback=callback, callback_every=callback_every,
+                alpha_proposal=self.alpha_proposal, eta_sweeps=eta_sweeps, eta_burn_in=eta_burn_in)
+        else:
+            arr, stats = run_batch_sampler(tok_w, tok_ptr, batch.uniq.shape[0], state.n_topics, state.alpha,
+                                           state.beta, state.n_words, n_sweeps, seed, mh_steps=self.mh_steps,
+                                           proposal=self.proposal, table_draws=self.table_draws, callback=callback,
+                                           callback_every=callback_every, alpha_proposal=self.alpha_proposal)
         arr.samples = None  # free the proposal buffers before lambda is written
         nv = state.n_words
         state.mu[:nv] = 0.0

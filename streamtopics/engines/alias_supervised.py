@@ -1,0 +1,463 @@
+"""Supervised Alias-MH (LightMedLDA): word, doc and exp proposals against the regularised conditional.
+
+References: Zheng, Yu & Xing, "Linear time samplers for supervised topic models using
+compositional proposals" (LightMedLDA, KDD'15, §3.3-3.4, §4), Gibbs MedLDA (Zhu et al. 2013,
+eq. 12) and the Pólya-Gamma sLDA (Zhu, Zheng & Zhang 2013, eq. 9); docs/supervised.md §5.1.
+
+Target for token i of document d (N = N_d tokens, counts ¬i; rho_dy, kappa_dy the current
+augmentation, eta a sample, L labels):
+
+    p(z_i = k | rest) ∝ (n_dk + alpha)(g_wk + n_wk)/(G_k + n_k) · exp(g_d(k)),
+    g_d(k) = sum_y [(kappa_dy/N - rho_dy m_dy/N^2) eta_yk - rho_dy eta_yk^2/(2 N^2)],
+    m_dy = eta_y^T n_d^{¬i}                                            (LightMedLDA eqs. 15-16)
+
+Bookkeeping per document visit (O(L K), amortised over its tokens as LightMedLDA §3.3 says):
+``G1_k = sum_y kappa_dy/N eta_yk - rho_dy/(2N^2) eta_yk^2`` and the running classifier
+re-weighted count ``M_y = eta_y^T n_d`` (all tokens), updated in O(L) when a token moves, so
+``g_d(k) = G1_k - sum_y c_y (M_y - eta_ys) eta_yk`` with c_y = rho_dy/N^2 costs O(L) for any k
+(s: the token's topic; m^{¬i} = M - eta_s).  With a single task this is LightMedLDA's O(1).
+
+Proposals (each an independent MH kernel with its exact acceptance; composed by cycle or
+mixture, LightMedLDA Theorem 1):
+
+* word proposal: the unsupervised engine's stale Walker table (token's own build-time count
+  removed), acceptance ``[p_LDA(t) q(s)]/[p_LDA(s) q(t)] · exp(g_d(t) - g_d(s))``;
+* doc proposal: a random other token's topic, or the alpha part; the supervised factor again
+  enters the ratio as ``exp(g_d(t) - g_d(s))``;
+* exp proposal (LightMedLDA §3.3): ``p_e(k) ∝ exp(g~_d(k))`` from the count M~ frozen when the
+  document's alias table was built (one table per document visit, O(L K), reused by all its
+  tokens).  M~ contains token i's own topic b at build time, and a proposal that depends on
+  the token's current value is not a valid independent-MH proposal (it biases the chain,
+  the same issue as for the word table).  Token i therefore uses the table without its own
+  contribution, ``q_i(k) ∝ exp(g~_d(k) + sum_y c_y eta_yb eta_yk)``, drawn exactly by
+  rejection from the table with the bound ``sum_y c_y eta_yb eta_yk <= B_b = sum_y c_y
+  |eta_yb| max_k |eta_yk|`` (O(L) per draw).  As b is the token's value before its update and
+  every other token's build-time value is fixed, g~ - log q_i differs from g only through
+  M - M~ (other tokens' moves since the build), and the acceptance s -> t is
+
+      A_e = min(1, [p_LDA(t)/p_LDA(s)] · exp(-sum_y c_y (M_y - M~_y)(eta_yt - eta_ys))).
+
+  The rejection bound can be poor for short documents with a strong supervised term; the
+  exp proposal is used in a document only when ``sum_y c_y max_k eta_yk^2 <= exp_gate``
+  (a per-document test independent of the topics, so the composition stays exact),
+  otherwise its slots become doc proposals.
+
+Unlabelled documents (``sup_doc`` False, or rho = kappa = 0) are sampled exactly as the
+unsupervised kernel does (their exp slots become doc proposals).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from .alias import (_next, _prefetch, _rebuild, _refill, _self_factor, _S_CHANGED, _S_DOC_ACC,
+                    _S_DOC_PROP, _S_REBUILDS, _S_WORD_ACC, _S_WORD_PROP, alias_build)
+
+# extra statistics slots (after the unsupervised engine's six)
+_S_EXP_PROP, _S_EXP_ACC, _S_EXP_DOCS, _S_EXP_REJ = 6, 7, 8, 9
+N_STATS = 10
+EXP_GATE = 2.0
+
+_WORD, _DOC, _EXP = 0, 1, 2
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _accept(rs, num, den, delta):
+    """MH test for the ratio (num/den) exp(delta), num, den > 0; returns (state, accepted)."""
+    if delta >= 0.0 and num >= den:
+        return rs, True
+    rs, x = _next(rs)
+    return rs, x * den < num * math.exp(delta)
+
+
+@njit(cache=True, nogil=True)
+def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, zt, nk, Gk, G, dense_prior, beta, alpha, samples, ptr,
+                  ver, n_sweeps, mh_steps, mixture, word_prior, init, record_from, z_rec, doc_acc,
+                  etaT, rho, kappa, sup_doc, exp_gate, use_exp):
+    """``n_sweeps`` sweeps of supervised Alias-MH; arguments as ``alias.mh_sweeps`` plus
+
+    etaT (K, L) the classifier sample transposed (row k = eta_{., k}, contiguous), rho/kappa
+    (D, L) the current augmentation coefficients, sup_doc (D,) bool: document d is
+    supervised.  Each MH step is a word, a doc and an exp proposal ("cycle") or three
+    proposals picked uniformly among them (``mixture`` 1); ``mixture`` 2 uses exp proposals
+    only (tests: the exp kernel alone must keep the target).  Returns the statistics vector
+    (unsupervised slots + exp proposals / acceptances / documents using it / rejections).
+    """
+    K = nk.shape[0]
+    L = etaT.shape[1]
+    D = tok_ptr.shape[0] - 1
+    U = ptr.shape[0]
+    T = samples.shape[0] // U if U > 0 else 1
+    N = tok_w.shape[0]
+    stats = np.zeros(N_STATS, dtype=np.int64)
+    rk = np.empty(K)
+    wbuf = np.empty(K)
+    prob = np.empty(K)
+    alias = np.empty(K, dtype=np.int32)
+    small = np.empty(K, dtype=np.int32)
+    large = np.empty(K, dtype=np.int32)
+    # exp-proposal table of the current document
+    eprob = np.empty(K)
+    ealias = np.empty(K, dtype=np.int32)
+    ew = np.empty(K)
+    gt = np.empty(K)   # log-weights g~_d(k) of the table (stale M~)
+    G1 = np.empty(K)   # kappa/N eta - rho/(2N^2) eta^2 summed over labels
+    M = np.zeros(L)    # eta_y^T n_d (current, all tokens)
+    Mt = np.zeros(L)   # M at the table's build
+    cy = np.zeros(L)
+    vi = np.zeros(L)
+    emax = np.zeros(L)
+    for l in range(L):
+        mx = 0.0
+        for k in range(K):
+            a = abs(etaT[k, l])
+            if a > mx:
+                mx = a
+        emax[l] = mx
+    nd = np.zeros(K, dtype=np.int32)
+    P = 3 * mh_steps
+    p_t = np.zeros(P, dtype=np.int64)
+    p_kind = np.zeros(P, dtype=np.int64)
+    p_b = np.zeros(P)
+    p_a = np.zeros(P)
+    p_g = np.zeros(P)
+    Ka = K * alpha
+    inv_alpha = 1.0 / alpha
+    record_docs = doc_acc.shape[0] == D and D > 0
+    for k in range(K):
+        rk[k] = 1.0 / (Gk[k] + nk[k])
+
+    if init > 0:
+        for i in range(N):
+            u = tok_w[i]
+            if init == 1:
+                rs, x = _next(rs)
+                t = int(x * K)
+                if t >= K:
+                    t = K - 1
+            else:
+                if ptr[u] >= T:
+                    rs = _rebuild(u, -1, K, nq, qt, zt, samples, ptr, ver, G, dense_prior, beta, nk, Gk, rk, wbuf,
+                                  prob, alias, small, large, rs)
+                    stats[_S_REBUILDS] += 1
+                t = np.int64(samples[u * T + ptr[u]])
+                ptr[u] += 1
+            z[i] = t
+            nq[3 * (u * K + t)] += 1
+            nk[t] += 1
+            rk[t] = 1.0 / (Gk[t] + nk[t])
+            tver[i] = ver[u]
+            tb[i] = -1
+
+    n_wp = 0
+    n_wa = 0
+    n_dp = 0
+    n_da = 0
+    n_ep = 0
+    n_ea = 0
+    n_changed = 0
+    for sweep in range(n_sweeps):
+        for d in range(D):
+            s0 = tok_ptr[d]
+            e0 = tok_ptr[d + 1]
+            if e0 == s0:
+                continue
+            Nd = e0 - s0
+            others = Nd - 1
+            d_mass = others + Ka
+            for i in range(s0, e0):
+                nd[z[i]] += 1
+            # ---- supervised per-document quantities (O(L K) per visit) ----
+            sup = False
+            inv_n = 1.0 / Nd
+            if sup_doc[d]:
+                n2 = inv_n * inv_n
+                for l in range(L):
+                    cy[l] = rho[d, l] * n2
+                    if rho[d, l] != 0.0 or kappa[d, l] != 0.0:
+                        sup = True
+            exp_on = False
+            if sup:
+                for k in range(K):
+                    acc = 0.0
+                    for l in range(L):
+                        e = etaT[k, l]
+                        acc += (kappa[d, l] * inv_n - 0.5 * cy[l] * e) * e
+                    G1[k] = acc
+                for l in range(L):
+                    M[l] = 0.0
+                for k in range(K):
+                    c = nd[k]
+                    if c != 0:
+                        for l in range(L):
+                            M[l] += c * etaT[k, l]
+                if use_exp:
+                    bmax = 0.0
+                    for l in range(L):
+                        bmax += cy[l] * emax[l] * emax[l]
+                    exp_on = bmax <= exp_gate
+                if exp_on:
+                    stats[_S_EXP_DOCS] += 1
+                    gmax = -np.inf
+                    for k in range(K):
+                        acc = G1[k]
+                        for l in range(L):
+                            acc -= cy[l] * M[l] * etaT[k, l]
+                        gt[k] = acc
+                        if acc > gmax:
+                            gmax = acc
+                    for k in range(K):
+                        ew[k] = math.exp(gt[k] - gmax)
+                    alias_build(ew, eprob, ealias, small, large)
+                    for l in range(L):
+                        Mt[l] = M[l]
+            for i in range(s0, e0):
+                if i + 2 < N:
+                    u2 = tok_w[i + 2]
+                    _prefetch(nq, 3 * (u2 * K + z[i + 2]))
+                    _prefetch(samples, u2 * T + min(ptr[u2], T - 1))
+                if i + 1 < N:
+                    u1 = tok_w[i + 1]
+                    p1 = ptr[u1]
+                    if p1 < T:
+                        _prefetch(nq, 3 * (u1 * K + samples[u1 * T + p1]))
+                u = tok_w[i]
+                s = np.int64(z[i])
+                ub = u * K
+                if tver[i] != ver[u]:
+                    tver[i] = ver[u]
+                    tb[i] = s
+                # kinds of this token's proposals
+                n_word = 0
+                n_doc = 0
+                for p in range(P):
+                    if mixture == 1:
+                        rs, x = _next(rs)
+                        kind = min(int(x * 3.0), 2)
+                    elif mixture == 2:  # exp proposals only (tests)
+                        kind = _EXP
+                    else:
+                        kind = p % 3
+                    if kind == _EXP and not exp_on:
+                        kind = _DOC
+                    p_kind[p] = kind
+                    if kind == _WORD:
+                        n_word += 1
+                    elif kind == _DOC:
+                        n_doc += 1
+                n_draw = n_word + n_doc if word_prior else n_word
+                b = np.int64(-1)
+                fb = 1.0
+                z_i = 1.0
+                if n_draw > 0:
+                    if ptr[u] + n_draw > T:
+                        rs = _rebuild(u, s, K, nq, qt, zt, samples, ptr, ver, G, dense_prior, beta, nk, Gk, rk,
+                                      wbuf, prob, alias, small, large, rs)
+                        stats[_S_REBUILDS] += 1
+                        tver[i] = ver[u]
+                        tb[i] = -1
+                    b = np.int64(tb[i])
+                    z_i = zt[u]
+                    if b >= 0:
+                        eb = 3 * (ub + b)
+                        fb = _self_factor(qt[eb + 2], nq[eb + 1], G[ub + b] if dense_prior else beta)
+                        z_i -= qt[eb + 2] * (1.0 - fb)
+                ka_z = Ka / z_i
+                # exp proposal of token i: the table without its own build-time topic (= s)
+                bs = 0.0
+                if exp_on:
+                    for l in range(L):
+                        bs += cy[l] * abs(etaT[s, l]) * emax[l]
+                for p in range(P):
+                    kind = p_kind[p]
+                    from_table = kind == _WORD
+                    if kind == _EXP:
+                        while True:
+                            rs, x = _next(rs)
+                            x *= K
+                            j = min(int(x), K - 1)
+                            t = np.int64(j if x - j < eprob[j] else ealias[j])
+                            lf = 0.0
+                            for l in range(L):
+                                lf += cy[l] * etaT[s, l] * etaT[t, l]
+                            if lf >= bs:
+                                break
+                            rs, x = _next(rs)
+                            if x < math.exp(lf - bs):
+                                break
+                            stats[_S_EXP_REJ] += 1
+                    elif kind == _DOC:
+                        rs, x = _next(rs)
+                        x *= d_mass
+                        if x < others:
+                            j = s0 + int(x)
+                            if j >= i:
+                                j += 1
+                            t = np.int64(z[j])
+                        elif word_prior:
+                            from_table = True
+                        else:
+                            t = int((x - others) * inv_alpha)
+                            if t >= K:
+                                t = K - 1
+                    if from_table:
+                        while True:
+                            if ptr[u] >= T:
+                                rs = _refill(u, K, qt, samples, ptr, wbuf, prob, alias, small, large, rs)
+                            t = np.int64(samples[u * T + ptr[u]])
+                            ptr[u] += 1
+                            if t != b:
+                                break
+                            rs, x = _next(rs)
+                            if x < fb:
+                                break
+                    p_t[p] = t
+                # ¬i factors of s
+                es = 3 * (ub + s)
+                g_s = G[ub + s] if dense_prior else beta
+                b_s = (g_s + nq[es] - 1) / (Gk[s] + nk[s] - 1)
+                a_s = nd[s] - 1 + alpha
+                sg_s = 0.0
+                if sup:
+                    # v = c (M - eta_s): the token's ¬i re-weighted count times c
+                    for l in range(L):
+                        vi[l] = cy[l] * (M[l] - etaT[s, l])
+                    acc = G1[s]
+                    for l in range(L):
+                        acc -= vi[l] * etaT[s, l]
+                    sg_s = acc
+                for p in range(P):
+                    t = p_t[p]
+                    if t == s:
+                        p_b[p] = b_s
+                        p_a[p] = a_s
+                        p_g[p] = sg_s
+                    else:
+                        p_b[p] = ((G[ub + t] if dense_prior else beta) + nq[3 * (ub + t)]) * rk[t]
+                        p_a[p] = nd[t] + alpha
+                        if sup:
+                            acc = G1[t]
+                            for l in range(L):
+                                acc -= vi[l] * etaT[t, l]
+                            p_g[p] = acc
+                        else:
+                            p_g[p] = 0.0
+                cur = s
+                b_cur = b_s
+                a_cur = a_s
+                g_cur = sg_s
+                for p in range(P):
+                    t = p_t[p]
+                    b_t = p_b[p]
+                    a_t = p_a[p]
+                    g_t = p_g[p]
+                    kind = p_kind[p]
+                    if kind == _WORD:
+                        n_wp += 1
+                        if t == cur:
+                            n_wa += 1
+                            continue
+                        q_t = qt[3 * (ub + t) + 2] * (fb if t == b else 1.0)
+                        q_c = qt[3 * (ub + cur) + 2] * (fb if cur == b else 1.0)
+                        rs, ok = _accept(rs, a_t * b_t * q_c, a_cur * b_cur * q_t, g_t - g_cur)
+                        if not ok:
+                            continue
+                        n_wa += 1
+                    elif kind == _DOC:
+                        n_dp += 1
+                        if t == cur:
+                            n_da += 1
+                            continue
+                        if word_prior:
+                            qd_t = a_t - alpha + ka_z * qt[3 * (ub + t) + 2] * (fb if t == b else 1.0)
+                            qd_c = a_cur - alpha + ka_z * qt[3 * (ub + cur) + 2] * (fb if cur == b else 1.0)
+                            rs, ok = _accept(rs, a_t * b_t * qd_c, a_cur * b_cur * qd_t, g_t - g_cur)
+                        else:
+                            rs, ok = _accept(rs, b_t, b_cur, g_t - g_cur)
+                        if not ok:
+                            continue
+                        n_da += 1
+                    else:
+                        n_ep += 1
+                        if t == cur:
+                            n_ea += 1
+                            continue
+                        # A_e: exp(g) / q_i differs from the target only through M - M~
+                        dlt = 0.0
+                        for l in range(L):
+                            dlt -= cy[l] * (M[l] - Mt[l]) * (etaT[t, l] - etaT[cur, l])
+                        rs, ok = _accept(rs, a_t * b_t, a_cur * b_cur, dlt)
+                        if not ok:
+                            continue
+                        n_ea += 1
+                    cur = t
+                    b_cur = b_t
+                    a_cur = a_t
+                    g_cur = g_t
+                if cur != s:
+                    z[i] = cur
+                    nd[s] -= 1
+                    nq[es] -= 1
+                    nk[s] -= 1
+                    rk[s] = 1.0 / (Gk[s] + nk[s])
+                    nd[cur] += 1
+                    nq[3 * (ub + cur)] += 1
+                    nk[cur] += 1
+                    rk[cur] = 1.0 / (Gk[cur] + nk[cur])
+                    if sup:
+                        for l in range(L):
+                            M[l] += etaT[cur, l] - etaT[s, l]
+                    n_changed += 1
+            if sweep >= record_from and record_docs:
+                for i in range(s0, e0):
+                    doc_acc[d, z[i]] += 1.0
+            for i in range(s0, e0):
+                nd[z[i]] = 0
+        if sweep >= record_from and z_rec.shape[0] > sweep - record_from:
+            z_rec[sweep - record_from, :] = z
+    stats[_S_WORD_PROP] = n_wp
+    stats[_S_WORD_ACC] = n_wa
+    stats[_S_DOC_PROP] = n_dp
+    stats[_S_DOC_ACC] = n_da
+    stats[_S_EXP_PROP] = n_ep
+    stats[_S_EXP_ACC] = n_ea
+    stats[_S_CHANGED] = n_changed
+    return stats
+
+
+@njit(cache=True, nogil=True)
+def doc_topic_counts(z, tok_ptr, K, out):
+    """out[d, k] = number of tokens of document d on topic k (out is overwritten)."""
+    D = tok_ptr.shape[0] - 1
+    for d in range(D):
+        for k in range(K):
+            out[d, k] = 0.0
+        for i in range(tok_ptr[d], tok_ptr[d + 1]):
+            out[d, z[i]] += 1.0
+
+
+def run_sweeps(arr, seed, tok_w, tok_ptr, Gk, G, dense_prior, beta, alpha, n_sweeps, mh_steps, mixture, init,
+               eta, rho, kappa, sup_doc, word_prior=True, record_from=None, z_rec=None, doc_acc=None,
+               exp_gate=EXP_GATE, use_exp=True) -> np.ndarray:
+    """Host wrapper of :func:`sup_mh_sweeps` over a ``SamplerArrays`` (see ``alias.SamplerArrays.run``);
+    ``mixture``: False/0 cycle, True/1 mixture, 2 exp proposals only."""
+    from .alias import _rng_state
+
+    K = arr.nk.shape[0]
+    etaT = np.ascontiguousarray(np.asarray(eta, dtype=np.float64).T)
+    if etaT.shape[1] == 0:
+        etaT = np.zeros((K, 1))
+        rho = np.zeros((tok_ptr.shape[0] - 1, 1))
+        kappa = rho
+    return sup_mh_sweeps(_rng_state(seed), tok_w, tok_ptr, arr.z, arr.tver, arr.tb, arr.nq.reshape(-1),
+                         arr.qt.reshape(-1), arr.zt, arr.nk, Gk, np.ascontiguousarray(G).reshape(-1),
+                         bool(dense_prior), float(beta), float(alpha), arr.samples.reshape(-1), arr.ptr, arr.ver,
+                         int(n_sweeps), int(mh_steps), int(mixture), bool(word_prior), int(init),
+                         n_sweeps if record_from is None else int(record_from),
+                         np.zeros((0, 0), dtype=np.int32) if z_rec is None else z_rec,
+                         np.zeros((0, K)) if doc_acc is None else doc_acc,
+                         etaT, np.ascontiguousarray(rho, dtype=np.float64),
+                         np.ascontiguousarray(kappa, dtype=np.float64), np.ascontiguousarray(sup_doc, dtype=np.bool_),
+                         float(exp_gate), bool(use_exp))
