@@ -1,0 +1,270 @@
+"""Benchmark for the Alias-MH engine (issue: Alias-MH engine).
+
+20 Newsgroups train split (via bench_core.Corpus: the same tokens for every contender),
+single core, batch mode:
+
+* speed   - sampling throughput (tokens/s per core) of streamtopics ``TopicModel(engine="alias")
+            .fit`` vs tomotopy ``LDAModel`` (workers=1, ParallelScheme.NONE, alpha optimisation
+            off) vs the plain O(K) Gibbs reference, at K = 100, 400, 1024, 4096.  Only sampling
+            is timed: tokenising, adding documents, initial assignment and compilation are not.
+* quality - held-out document completion (test split, the one scoring function
+            ``completion_loglik``) after the *same* number of sweeps: alias vs the exact O(K)
+            Gibbs reference, same tokens and uniform start; fewer documents/sweeps at large K
+            where the O(K) reference would take too long (both contenders use the same ones).
+* stream  - one pass in minibatches of 256, K=100: alias vs the L-sparse variational engine.
+
+    python bench/bench_alias.py                        # everything (~30 min on one free core)
+    python bench/bench_alias.py --section speed --k 100,1024
+    python bench/bench_alias.py --quick                # smoke run
+
+Needs the bench extra (tomotopy): pip install -e '.[bench]'.  Take timings on a quiet machine
+(the script prints the load average before each timed run).
+"""
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # single core for every contender
+
+import argparse
+import gc
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_core import ALPHA, BETA, BATCH, Corpus, run_streamtopics  # noqa: E402
+from streamtopics import TopicModel  # noqa: E402
+from streamtopics.evaluate import completion_loglik  # noqa: E402
+from streamtopics.engines.alias import batch_tokens  # noqa: E402
+from streamtopics.engines.gibbs_ref import gibbs_fit, topic_word_from_counts  # noqa: E402
+
+RESULTS = Path(__file__).with_name("results")
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _first_docs(batch, n: int):
+    from streamtopics.batch import batch_from_arrays
+
+    if n is None or n >= batch.n_docs:
+        return batch
+    e = batch.doc_ptr[n]
+    return batch_from_arrays(batch.doc_ptr[: n + 1], batch.word_ids[:e], batch.counts[:e])
+
+
+class Data:
+    """A Corpus plus the token arrays the samplers share (optionally only the first n_docs).
+
+    ``n_test`` scores on the first n_test documents of the completion split only: the shared
+    scorer runs the dense local step, whose memory is O(entries x K) (~10 GB for the whole
+    test split at K=1024), so large K are scored on a fixed subset - the same for everyone.
+    """
+
+    def __init__(self, corpus: Corpus, n_docs: int | None = None, n_test: int | None = None):
+        self.corpus = corpus
+        self.part_a = _first_docs(corpus.part_a, n_test)
+        self.part_b = _first_docs(corpus.part_b, n_test)
+        self.n_test = self.part_a.n_docs
+        self.tokens = corpus.train_tokens[:n_docs]
+        b = _first_docs(corpus.train, n_docs)
+        self.batch = b
+        self.tok_w, self.tok_ptr = batch_tokens(b)
+        self.n_tokens = int(self.tok_w.size)
+        self.V = int(b.uniq.size)  # vocabulary of these documents (what every sampler sees)
+
+    def score(self, topic_word: np.ndarray) -> float:
+        return completion_loglik(topic_word, self.part_a, self.part_b, ALPHA)
+
+    def full(self, tw_uniq: np.ndarray) -> np.ndarray:
+        """(K, U) topic-word rows over batch.uniq -> (K, V_corpus) for the shared scorer."""
+        out = np.full((tw_uniq.shape[0], len(self.corpus.vocab)), 1e-12)
+        out[:, self.batch.uniq] = tw_uniq
+        return out / out.sum(axis=1, keepdims=True)
+
+
+# -- contenders -----------------------------------------------------------------------------------
+def run_alias(data: Data, K: int, sweeps: int, seed: int = 0, score: bool = True, **kw) -> dict:
+    m = TopicModel(n_topics=K, engine="alias", alpha=ALPHA, beta=BETA, seed=seed, **kw)
+    m.fit(data.tokens, n_sweeps=sweeps)
+    st = m.last_stats
+    assert st["tokens"] == data.n_tokens, (st["tokens"], data.n_tokens)
+    out = {"seconds": st["sampling_seconds"], "tokens_per_s": st["tokens_per_s"], "sweeps": sweeps,
+           "mh_acceptance": st["mh_acceptance"], "alias_rebuilds": st["alias_rebuilds"], "params": kw}
+    if score:
+        out["heldout"] = data.score(data.corpus.align(m))
+    del m
+    gc.collect()
+    return out
+
+
+def run_gibbs(data: Data, K: int, sweeps: int, seed: int = 0, score: bool = True) -> dict:
+    nwk, nk, z, sec = gibbs_fit(data.tok_w, data.tok_ptr, data.V, K, ALPHA, BETA, data.V, sweeps, seed=seed)
+    out = {"seconds": sec, "tokens_per_s": data.n_tokens * sweeps / sec, "sweeps": sweeps}
+    if score:
+        out["heldout"] = data.score(data.full(topic_word_from_counts(nwk, BETA)))
+    del nwk, z
+    gc.collect()
+    return out
+
+
+def run_tomotopy(data: Data, K: int, sweeps: int, seed: int = 0, score: bool = True) -> dict:
+    import tomotopy as tp
+
+    mdl = tp.LDAModel(k=K, alpha=ALPHA, eta=BETA, seed=seed, min_cf=0, rm_top=0)
+    for toks in data.tokens:
+        if toks:
+            mdl.add_doc(toks)
+    mdl.optim_interval = 0  # keep alpha fixed, as for the other contenders
+    mdl.burn_in = 0
+    mdl.train(0, workers=1, parallel=tp.ParallelScheme.NONE)  # initial assignment, off the clock
+    assert mdl.num_words == data.n_tokens, (mdl.num_words, data.n_tokens)
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    mdl.train(sweeps, workers=1, parallel=tp.ParallelScheme.NONE)
+    sec = time.perf_counter() - t0
+    cpu = cpu_seconds() - c0
+    out = {"seconds": sec, "cpu_seconds": cpu, "tokens_per_s": data.n_tokens * sweeps / sec, "sweeps": sweeps}
+    if score:
+        # tomotopy's vocabulary -> the corpus' ids
+        ids = data.corpus.vocab.ids(list(mdl.used_vocabs))
+        tw = np.full((K, len(data.corpus.vocab)), 1e-12)
+        for k in range(K):
+            tw[k, ids] = mdl.get_topic_word_dist(k, normalize=True)
+        out["heldout"] = data.score(tw / tw.sum(axis=1, keepdims=True))
+    del mdl
+    gc.collect()
+    return out
+
+
+def warm_up(corpus: Corpus) -> None:
+    """Compile (or load) every numba kernel outside the clocks."""
+    small = Data(corpus, 50)
+    run_alias(small, 8, 2)
+    run_gibbs(small, 8, 2, score=False)
+
+
+# -- sections -------------------------------------------------------------------------------------
+def section_speed(corpus: Corpus, ks: list[int], args) -> dict:
+    data = Data(corpus)
+    print(f"\n[speed] 20NG train: {len(data.tokens)} docs, {data.n_tokens:,} tokens, V={data.V:,}; single core, "
+          f"batch mode; sampling time only", flush=True)
+    res = {}
+    for K in ks:
+        s_fast = args.speed_sweeps if K <= 1024 else max(args.speed_sweeps // 2, 5)
+        s_ref = max(2, min(s_fast, int(args.speed_sweeps * 100 / K)))  # O(K): a few sweeps give the rate
+        print(f"  K={K}: load {load()}", flush=True)
+        r = {}
+        for mh in args.mh:
+            r[f"alias_mh{mh}"] = a = run_alias(data, K, s_fast, score=False, mh_steps=mh)
+            print(f"    alias mh={mh} {a['tokens_per_s'] / 1e6:7.2f} M tok/s  {1e9 / a['tokens_per_s']:7.0f} ns/token  "
+                  f"({s_fast} sweeps, acceptance word {a['mh_acceptance']['word']:.2f} "
+                  f"doc {a['mh_acceptance']['doc']:.2f}, {a['alias_rebuilds']:,} rebuilds)", flush=True)
+        r["tomotopy"] = run_tomotopy(data, K, s_fast, score=False)
+        r["gibbs_ref"] = run_gibbs(data, K, s_ref, score=False)
+        res[K] = r
+        a, t, g = r[f"alias_mh{args.mh[0]}"], r["tomotopy"], r["gibbs_ref"]
+        print(f"    tomotopy  {t['tokens_per_s'] / 1e6:7.2f} M tok/s  {1e9 / t['tokens_per_s']:7.0f} ns/token  "
+              f"({s_fast} sweeps, cpu/wall {t['cpu_seconds'] / t['seconds']:.2f})", flush=True)
+        print(f"    gibbs-ref {g['tokens_per_s'] / 1e6:7.2f} M tok/s  {1e9 / g['tokens_per_s']:7.0f} ns/token  "
+              f"({s_ref} sweeps)", flush=True)
+        for mh in args.mh:
+            a = r[f"alias_mh{mh}"]
+            print(f"    => alias mh={mh}: {a['tokens_per_s'] / t['tokens_per_s']:.2f}x tomotopy, "
+                  f"{a['tokens_per_s'] / g['tokens_per_s']:.2f}x gibbs-ref", flush=True)
+    print("\n  K      " + "".join(f"alias mh={mh} M/s  " for mh in args.mh)
+          + "tomotopy M/s  gibbs-ref M/s  " + "".join(f"mh={mh}/tomotopy  " for mh in args.mh) + "alias ns/token")
+    for K, r in res.items():
+        t, g = r["tomotopy"]["tokens_per_s"], r["gibbs_ref"]["tokens_per_s"]
+        al = [r[f"alias_mh{mh}"]["tokens_per_s"] for mh in args.mh]
+        print(f"  {K:<6} " + "".join(f"{a / 1e6:15.2f}  " for a in al) + f"{t / 1e6:12.2f}  {g / 1e6:13.2f}  "
+              + "".join(f"{a / t:15.2f}x " for a in al) + f"{1e9 / al[0]:12.0f}")
+    return res
+
+
+def section_quality(corpus: Corpus, ks: list[int], args) -> dict:
+    # K: (training docs, sweeps, test docs); the O(K) reference bounds the large-K runs
+    q = args.quality_sweeps
+    plan = {100: (None, q, None), 400: (None, q, 3000), 1024: (None, q, 1500), 4096: (2000, q // 2, 500)}
+    if args.quick:
+        plan = {k: (800, 20, 500) for k in plan}
+    print("\n[quality] held-out completion after the same sweeps: alias (mh_steps=2) vs exact O(K) Gibbs", flush=True)
+    res = {}
+    for K in ks:
+        n_docs, sweeps, n_test = plan.get(K, (2000, 50, 500))
+        data = Data(corpus, n_docs, n_test)
+        g = run_gibbs(data, K, sweeps, seed=1)
+        res[K] = {"docs": len(data.tokens), "tokens": data.n_tokens, "sweeps": sweeps, "test_docs": data.n_test,
+                  "gibbs_ref": g}
+        print(f"  K={K:<5} {len(data.tokens):>5} docs {sweeps:>4} sweeps, {data.n_test} test docs: "
+              f"gibbs-ref {g['heldout']:.4f} ({g['tokens_per_s'] / 1e6:.2f} M tok/s)", flush=True)
+        for mh in args.mh:
+            a = run_alias(data, K, sweeps, seed=1, mh_steps=mh)
+            gap = (a["heldout"] - g["heldout"]) / abs(g["heldout"])
+            res[K][f"alias_mh{mh}"] = dict(a, relative_gap=gap)
+            print(f"          alias mh={mh}: {a['heldout']:.4f}  gap {100 * gap:+.2f}% (target: within 1%)  "
+                  f"({a['tokens_per_s'] / 1e6:.2f} M tok/s)", flush=True)
+    return res
+
+
+def section_stream(corpus: Corpus, args) -> dict:
+    K = 100
+    print(f"\n[stream] one pass, minibatches of {BATCH}, K={K}: alias vs L-sparse variational", flush=True)
+    v = run_streamtopics(corpus, K)
+    a = run_streamtopics(corpus, K, engine="alias")
+    st = a["model"].last_stats
+    for r in (v, a):
+        r.pop("model")
+    gap = (a["heldout"] - v["heldout"]) / abs(v["heldout"])
+    print(f"  lsparse L=8     heldout {v['heldout']:.4f}  {v['tokens_per_s']:>9,.0f} tok/s")
+    print(f"  alias (4+4 sw.) heldout {a['heldout']:.4f}  {a['tokens_per_s']:>9,.0f} tok/s  "
+          f"acceptance word {st['mh_acceptance']['word']:.2f} doc {st['mh_acceptance']['doc']:.2f}")
+    print(f"  => alias vs variational held-out {100 * gap:+.2f}% (target: within 2%)")
+    return {"lsparse": v, "alias": a, "relative_gap": gap}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--section", choices=["speed", "quality", "stream", "all"], default="all")
+    ap.add_argument("--k", default="100,400,1024,4096", help="comma-separated topic counts")
+    ap.add_argument("--speed-sweeps", type=int, default=30)
+    ap.add_argument("--quality-sweeps", type=int, default=200)
+    ap.add_argument("--mh", default="2,3", help="MH steps per token to run the alias engine with (first: headline)")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    args.mh = [int(x) for x in args.mh.split(",")]
+    ks = [int(k) for k in args.k.split(",")]
+    if args.quick:
+        args.speed_sweeps = 4
+    corpus = Corpus(n_train=3000 if args.quick else None, n_test=1000 if args.quick else None)
+    warm_up(corpus)
+    results = {"load_before": load()}
+    if args.section in ("speed", "all"):
+        results["speed"] = section_speed(corpus, ks, args)
+    if args.section in ("quality", "all"):
+        results["quality"] = section_quality(corpus, ks, args)
+    if args.section in ("stream", "all"):
+        results["stream"] = section_stream(corpus, args)
+    results["load_after"] = load()
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"alias-{args.section}{'-quick' if args.quick else ''}.json"
+    out.write_text(json.dumps(results, indent=1, default=float))
+    print(f"\nresults written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
