@@ -133,10 +133,11 @@ def _reachable(bootstrap: str, timeout: float = 0.5) -> bool:
     return False
 
 
-def ensure_topics(cfg: Config, timeout_s: float = 15.0) -> dict[str, int]:
+def ensure_topics(cfg: Config, timeout_s: float = 15.0, created: list[str] | None = None) -> dict[str, int]:
     """Create the daemon's topics when missing (before any client could auto-create them).
 
-    Returns the partition count of each topic. Raises on failure (the caller retries).
+    Returns the partition count of each topic; the names actually created are appended to
+    ``created``. Raises on failure (the caller retries).
     """
     from kafka import KafkaAdminClient
     from kafka import errors as kerrors
@@ -156,6 +157,8 @@ def ensure_topics(cfg: Config, timeout_s: float = 15.0) -> dict[str, int]:
             timeout_ms=ms, raise_errors=False)
         for item in res["topics"]:
             err = kerrors.for_code(item["error_code"])
+            if err is kerrors.NoError and created is not None:
+                created.append(item["name"])
             if err not in (kerrors.NoError, kerrors.TopicAlreadyExistsError):
                 raise err(f"creating topic {item['name']!r}: {item.get('error_message')}")
         counts: dict[str, int] = {}
@@ -311,6 +314,8 @@ class Daemon:
         self._snapshot_retry_at = 0.0
         self._broker_up = False
         self._assigned: list[TopicPartition] = []
+        self._topics_check_at = 0.0   # next check for topics a broker lost (create_topics)
+        self._recreations_seen = {"consumer": 0, "producer": 0}
         self._rate_t = time.monotonic()
         self._rate_docs = 0
         self._rate_tokens = 0
@@ -477,7 +482,7 @@ class Daemon:
                                                 max_pending=cfg.batch.max_inflight_predictions,
                                                 gate=self._gil_free)
                 self.consumer = BatchingConsumer(
-                    cfg.kafka.consumer_kwargs(), cfg.topics.input, max_docs=cfg.batch.max_docs,
+                    self._consumer_kwargs(), cfg.topics.input, max_docs=cfg.batch.max_docs,
                     max_wait_ms=cfg.batch.max_wait_ms, decode=self._decode, start_offset=self._start_offset,
                     on_assigned=self._on_assigned, on_revoked=self._on_revoked, on_reset=self._on_reset)
                 self.consumer.start()
@@ -503,13 +508,20 @@ class Daemon:
                     if time.monotonic() >= deadline:
                         break
 
-    def _ensure_topics(self) -> None:
+    def _ensure_topics(self, timeout_s: float = 15.0) -> None:
         """Create the topics; an unreachable broker is retried, anything else (say, no permission
         to create topics on a managed cluster) is logged and start-up goes on: they may exist."""
         from kafka import errors as kerrors
 
+        created: list[str] = []
         try:
-            ensure_topics(self.cfg)
+            ensure_topics(self.cfg, timeout_s=timeout_s, created=created)
+            if created:
+                self.metrics.topic_creations.inc()
+                log.log(logging.WARNING if self.consumer is not None else logging.INFO,
+                        "created missing topics", extra={"topics": created})
+                if self.consumer is not None:
+                    self.consumer.refresh_metadata()
         except (ConnectionError, OSError, kerrors.NoBrokersAvailable, kerrors.KafkaConnectionError,
                 kerrors.KafkaTimeoutError):
             raise
@@ -520,7 +532,41 @@ class Daemon:
         kw = self.cfg.kafka.producer_kwargs()
         # Never block the loop for a minute on metadata while the broker is away.
         kw.setdefault("max_block_ms", 10000)
+        if self.cfg.kafka.create_topics:
+            # The daemon creates its topics (with the configured partitions), also after a broker
+            # lost them: a client must not auto-create them first (tansu: 4 partitions).
+            kw.setdefault("allow_auto_create_topics", False)
         return kw
+
+    def _consumer_kwargs(self) -> dict:
+        kw = self.cfg.kafka.consumer_kwargs()
+        if self.cfg.kafka.create_topics:
+            kw.setdefault("allow_auto_create_topics", False)
+        return kw
+
+    def _maybe_recreate_topics(self, now: float) -> None:
+        """While not ready with a broker that answers: topics it lost (tansu restarted) are
+        created again, at most every 5 s (``kafka.create_topics``)."""
+        if not self.cfg.kafka.create_topics or now < self._topics_check_at:
+            return
+        if self._assigned and self._broker_up:
+            return
+        if not (self.consumer is not None and self.consumer.connected()):
+            return
+        self._topics_check_at = now + 5.0
+        self._tick()
+        try:
+            self._ensure_topics(timeout_s=5.0)
+        except Exception as exc:  # noqa: BLE001 - broker away again: next time
+            log.info("topic check failed; retrying later", extra={"error": repr(exc)})
+        self._tick()
+
+    def _count_recreations(self) -> None:
+        for name, client in (("consumer", self.consumer), ("producer", self.publisher)):
+            n = getattr(client, "recreated", 0) if client is not None else 0
+            if n > self._recreations_seen[name]:
+                self.metrics.client_recreations.labels(client=name).inc(n - self._recreations_seen[name])
+                self._recreations_seen[name] = n
 
     # -- consumer callbacks ------------------------------------------------------------
 
@@ -577,6 +623,7 @@ class Daemon:
         self.offsets.pop(key, None)
         self.epochs[key] = self.epochs.get(key, 0) + 1  # new log: memoized batch keys must not collide
         self._dirty = True
+        self.metrics.partition_resets.inc()
 
     # -- one batch ---------------------------------------------------------------------
 
@@ -718,7 +765,9 @@ class Daemon:
                 try:
                     toks = model.tokenize([texts[i]])
                     if toks[0]:
-                        model.process(model.prepare(toks, grow=False), learn=False)
+                        one = model.prepare(toks, grow=False)
+                        if model.state.initialized:  # a model with no topics yet cannot predict
+                            model.process(one, learn=False)
                 except Exception:  # noqa: BLE001
                     bad.append(i)
         result = None
@@ -839,6 +888,8 @@ class Daemon:
                     extra={"bootstrap": self.cfg.kafka.bootstrap_servers})
         self._broker_up = up
         m.set_broker_up(up)
+        self._count_recreations()
+        self._maybe_recreate_topics(time.monotonic())
         ok, _ = self.readiness()
         if ok != m.is_ready:
             log.info("ready" if ok else "not ready", extra=self.readiness()[1])

@@ -40,7 +40,7 @@ streamtopics_broker_up                         gauge
 streamtopics_ready                             gauge
 streamtopics_producer_pending_messages         gauge
 streamtopics_model_errors_total                counter
-streamtopics_partition_resets_total            counter    kind (RESET_KINDS)
+streamtopics_partition_resets_total            counter
 streamtopics_kafka_client_recreations_total    counter    client (consumer, producer)
 streamtopics_topic_creations_total             counter
 streamtopics_snapshot_consecutive_failures     gauge
@@ -85,16 +85,12 @@ __all__ = [
     "STAGES",
     "PROPOSALS",
     "SNAPSHOT_FAILURE_REASONS",
-    "RESET_KINDS",
     "snapshot_failure_reason",
 ]
 
 STAGES = ("decode", "predict", "publish", "learn", "commit", "total")
 PROPOSALS = ("word", "doc", "exp")
 SNAPSHOT_FAILURE_REASONS = ("disk_full", "permission", "io_error", "other")
-# recreated: the log is shorter than the daemon's offset (topic recreated, broker lost its data);
-# truncated: records the daemon had not read yet were deleted (retention) and are skipped.
-RESET_KINDS = ("recreated", "truncated")
 CLIENTS = ("consumer", "producer")
 
 # Stage times run from sub-millisecond decode to multi-second learn steps.
@@ -225,8 +221,8 @@ class Metrics:
             registry=r)
         self.partition_resets = Counter(
             "streamtopics_partition_resets_total",
-            "Partition logs found recreated (shorter than the daemon's offset) or truncated "
-            "(unread records deleted).", ["kind"], registry=r)
+            "Partition logs found recreated behind the daemon's offset (topic recreated, or a broker "
+            "that lost its data): the partition is re-read from its beginning.", registry=r)
         self.client_recreations = Counter(
             "streamtopics_kafka_client_recreations_total",
             "Kafka clients rebuilt after fatal errors.", ["client"], registry=r)
@@ -238,8 +234,6 @@ class Metrics:
             "streamtopics_snapshot_consecutive_failures",
             "Snapshot attempts that failed since the last success (0 = the last one succeeded).",
             registry=r)
-        for kind in RESET_KINDS:
-            self.partition_resets.labels(kind=kind)
         for client in CLIENTS:
             self.client_recreations.labels(client=client)
 

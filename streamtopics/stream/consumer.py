@@ -15,11 +15,12 @@ up (the end of the data so far) is returned once its first record has waited
 The daemon owns the offsets: on every assignment (``ConsumerRebalanceListener``)
 each partition is sought to ``start_offset(tp)`` — the offset saved with the
 model — or, when that is None, left to the group's committed offset (else
-earliest). Records below the expected next offset (stale fetches after a seek)
-are dropped; a high watermark *below* the expected offset means the log was
-recreated or truncated (tansu loses everything on restart; Kafka topics can be
-deleted and recreated): the partition is rewound to its beginning and
-``on_reset`` tells the daemon.
+earliest). A log that was recreated or truncated behind the daemon's offset (tansu loses
+everything on restart; Kafka topics can be deleted and recreated) shows either
+as records *below* the expected offset (kafka-python found our offset out of
+range and reset to earliest; it discards fetches that do not start at its
+position, so nothing else produces them) or as a high watermark below it: the
+partition is re-read from its beginning and ``on_reset`` tells the daemon.
 
 Buffers are bounded: a partition holding ``4 * max_docs`` unprocessed records is
 paused until the daemon has taken some. Kafka errors never escape: they are
@@ -143,6 +144,7 @@ class BatchingConsumer:
         self._lock = threading.RLock()  # listener callbacks run on kafka-python's IO thread
         self._failures = 0
         self.recreated = 0
+        self.resets = 0  # partition logs found recreated behind our offsets
         self.last_error: str | None = None
         self._seen_data = False
 
@@ -217,6 +219,13 @@ class BatchingConsumer:
         except AttributeError:
             return True
         return any(getattr(conn, "connected", False) for conn in list(conns.values()))
+
+    def refresh_metadata(self) -> None:
+        """Ask for fresh cluster metadata (topics were just created)."""
+        try:
+            self._consumer._client.cluster.request_update()
+        except Exception as exc:  # noqa: BLE001 - kafka-python internals; best effort
+            log.debug("metadata refresh request failed: %r", exc)
 
     def buffered(self) -> int:
         with self._lock:
@@ -297,6 +306,13 @@ class BatchingConsumer:
                 st = self._parts.get(tp)
                 if st is None:  # revoked while the fetch was in flight
                     continue
+                if recs and st.expected is not None and recs[0].offset < st.expected:
+                    # kafka-python discards fetched records that do not start at its position, so
+                    # records below the offset we expect mean the client itself moved back: our
+                    # offset was out of range (auto_offset_reset -> earliest). The log was
+                    # recreated (tansu restarted; a topic deleted and created again) — even if it
+                    # has meanwhile grown past our offset, which a high-watermark check misses.
+                    self._log_reset(tp, st, recs[0].offset, "records below the expected offset")
                 for r in recs:
                     if st.expected is not None and r.offset < st.expected:
                         continue  # stale fetch from before a seek
@@ -318,18 +334,23 @@ class BatchingConsumer:
             if hw is None or st.expected is None or hw >= st.expected:
                 continue
             # The log is shorter than what we already read: it was recreated or truncated.
-            old = st.expected
-            log.warning("partition log is behind our offset: it was recreated or truncated; "
-                        "rewinding to its beginning", extra={
-                            "topic": tp.topic, "partition": tp.partition, "expected_offset": old,
-                            "highwater": hw})
-            st.buffer.clear()
-            st.expected = None
+            self._log_reset(tp, st, hw, "high watermark below the expected offset")
             try:
                 c.seek_to_beginning(tp)
             except Exception as exc:  # noqa: BLE001
                 log.warning("seek_to_beginning failed", extra={"error": repr(exc)})
-            self._on_reset_cb(tp, old, hw)
+
+    def _log_reset(self, tp: TopicPartition, st: _Partition, found: int, why: str) -> None:
+        """The partition's log is not the one our offsets refer to: forget them, tell the owner."""
+        old = st.expected
+        log.warning("partition log is behind our offset: it was recreated or truncated; "
+                    "re-reading it from its beginning", extra={
+                        "topic": tp.topic, "partition": tp.partition, "expected_offset": old,
+                        "found_offset": found, "why": why, "dropped_buffered": len(st.buffer)})
+        st.buffer.clear()
+        st.expected = None
+        self.resets += 1
+        self._on_reset_cb(tp, old, found)
 
     def _pause_resume(self) -> None:
         c = self._consumer
