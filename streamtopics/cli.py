@@ -300,7 +300,7 @@ def _demo_config(bootstrap: str, args: argparse.Namespace, snapshot_dir: Path, n
         model["n_topics"] = args.topics
         model["sparsity"] = min(int(model.get("sparsity", 8)), args.topics)
     model = data.setdefault("model", {})
-    if n_docs and not model.get("corpus_size"):
+    if n_docs:
         # The demo knows its corpus: scaling each batch to the true D (Hoffman et al.'s SVI)
         # lets the first batches shape the topics; with D = documents seen so far the
         # initial pseudo-counts dominate them and a few topics swallow the stream.

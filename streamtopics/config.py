@@ -220,7 +220,8 @@ class ModelConfig:
     delay: float = opt(10.0, "Stochastic step rho_t = max(rho_min, (delay + t) ** -forgetting_rate): tau0.", ge=0)
     forgetting_rate: float = opt(0.7, "Stochastic step decay kappa; (0.5, 1] guarantees convergence.", gt=0.5, le=1)
     rho_min: float = opt(0.0, "Floor of the stochastic step so the model keeps adapting to drift; 0 = no floor.", ge=0, lt=1)
-    corpus_size: int = opt(0, "Documents the stochastic update scales a batch to; 0 = estimate from the stream.", ge=0)
+    corpus_size: int = opt(100000, "Documents D the stochastic update scales a batch to; 0 = documents seen so far.",
+                           ge=0)
     memo_window: int = opt(256, "Batches the memoized update remembers (older ones are forgotten).", ge=1)
     vocab_cap: int = opt(200000, "Largest vocabulary size.", ge=1)
     vocab_policy: str = opt("ignore", "When the vocabulary is full: ignore new words, or evict the rarest.", choices=("ignore", "evict"))
