@@ -292,6 +292,7 @@ class Daemon:
         self.model: TopicModel | None = None
         self.offsets: dict[str, int] = {}
         self.epochs: dict[str, int] = {}
+        self.topic_ids: dict[str, str] = {}  # broker topic ids (KIP-516) of the logs ``offsets`` refer to
         self.consumer: BatchingConsumer | None = None
         self.publisher: Publisher | None = None
         self.pipeline: PublishPipeline | None = None
@@ -439,7 +440,7 @@ class Daemon:
         found = self.store.load_newest(skip=self._known_snapshots)
         if found is None:
             self.model = model_from_config(self.cfg.model)
-            self.offsets, self.epochs = {}, {}
+            self.offsets, self.epochs, self.topic_ids = {}, {}, {}
             log.info("no usable snapshot: starting a new model", extra={"snapshot_dir": str(self.store.dir)})
         else:
             self._adopt(*found)
@@ -452,6 +453,7 @@ class Daemon:
         self.offsets = {str(k): int(v) for k, v in (info.get("offsets") or {}).items()}
         daemon_extra = (info.get("extra") or {}).get("daemon") or {}
         self.epochs = {str(k): int(v) for k, v in (daemon_extra.get("epochs") or {}).items()}
+        self.topic_ids = {str(k): str(v) for k, v in (daemon_extra.get("topic_ids") or {}).items()}
         self.last_snapshot = path
         self._known_snapshots.add(path.name)
         self._dirty = False
@@ -588,7 +590,27 @@ class Daemon:
             batch_key, next_offset = self._in_batch
             return next_offset if batch_key == key else self.offsets.get(key)
         self._maybe_follow_newer_snapshot()
+        if key in self.offsets and self._topic_recreated(tp.topic):
+            return 0  # a new log: from its beginning (out of range on a trimmed log -> earliest)
         return self.offsets.get(key)
+
+    def _topic_recreated(self, topic: str) -> bool:
+        """The topic the saved offsets refer to was deleted and created again (another topic id):
+        its offsets mean nothing in the new log, even where they are in range. Forget them."""
+        saved = self.topic_ids.get(topic)
+        now = self.consumer.topic_id(topic) if self.consumer is not None else None
+        if saved is None or now is None or saved == now:
+            return False
+        log.warning("topic was recreated since the model's offsets were saved (another topic id): "
+                    "reading it from its beginning", extra={"topic": topic, "saved_topic_id": saved,
+                                                            "topic_id": now})
+        for key in [k for k in self.offsets if k.rpartition(":")[0] == topic]:
+            self.offsets.pop(key)
+            self.epochs[key] = self.epochs.get(key, 0) + 1
+            self.metrics.partition_resets.inc()
+        self.topic_ids[topic] = now
+        self._dirty = True
+        return True
 
     def _maybe_follow_newer_snapshot(self) -> None:
         """On assignment: a snapshot this process did not write nor load means another
@@ -686,6 +708,9 @@ class Daemon:
         # the log was found reset during the batch: its old offsets mean nothing any more).
         if self._in_batch[0] is not None:
             self.offsets[self._in_batch[0]] = rb.next_offset
+            tid = self.consumer.topic_id(rb.topic)
+            if tid is not None:
+                self.topic_ids[rb.topic] = tid
         self._dirty = True
         self._update_model_metrics()
         faults.hit("offsets_advanced")
@@ -987,6 +1012,7 @@ class Daemon:
         self._tick()
         extra = {"daemon": {
             "instance": self.instance, "version": __version__, "epochs": dict(self.epochs),
+            "topic_ids": dict(self.topic_ids),
             "group_id": self.cfg.kafka.group_id, "input": self.cfg.topics.input,
             "batches": self.counts["batches"], "documents": self.counts["documents"],
             "dead_letters": self.counts["dead_letters"]}}

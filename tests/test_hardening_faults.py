@@ -198,3 +198,35 @@ def test_documents_the_model_raises_on_are_dead_lettered_and_the_daemon_goes_on(
     preds = {decode_prediction(r.value)["id"] for r in _read_all(broker.bootstrap, topics["output"], want=151)}
     assert preds == {x["id"] for x in good[:100] + good[150:]} | {"arr-ok"}
     assert load_snapshot(d.last_snapshot).state.docs_seen == 151
+
+
+def test_topic_recreated_while_the_daemon_was_down_is_read_from_its_beginning(tmp_path):
+    """The broker lost everything while the daemon was stopped, and the new log has grown past
+    the saved offset (100 < 150): the offset is in range, so only the topic id (KIP-516) tells
+    that it belongs to another log. Without the check the first 100 new documents are skipped."""
+    b = EmbeddedBroker()
+    try:
+        b.start()
+        topics = {"input": "docs", "output": "preds", "dead_letter": "dlq"}
+        cfg = _cfg(b.bootstrap, topics, tmp_path / "snaps", kafka={"create_topics": True})
+        with _running(cfg) as d:
+            _produce(b.bootstrap, "docs", [msgpack.packb(x) for x in _docs(100)])
+            _wait(lambda: _consumed(d, "docs", 100), 60, "first documents")
+        first = load_snapshot(d.last_snapshot)
+        assert first.snapshot_info["offsets"] == {"docs:0": 100}
+        assert first.snapshot_info["extra"]["daemon"]["topic_ids"].get("docs")
+        b.restart(grace_s=0)
+        from streamtopics.stream.broker import create_topics
+        create_topics(b.bootstrap, {"docs": 1, "preds": 1, "dlq": 1})
+        new = _docs(150, 100)
+        _produce(b.bootstrap, "docs", [msgpack.packb(x) for x in new])
+        with _running(cfg) as d2:
+            _wait(lambda: d2.status().get("documents", 0) >= 150, 60, "the new log from its beginning")
+            assert _samples(d2.metrics_url)[("streamtopics_partition_resets_total", ())] == 1
+        m = load_snapshot(d2.last_snapshot)
+        assert m.state.docs_seen == 250 and m.snapshot_info["offsets"] == {"docs:0": 150}
+        assert m.snapshot_info["extra"]["daemon"]["epochs"] == {"docs:0": 1}
+        preds = {decode_prediction(r.value)["id"] for r in _read_all(b.bootstrap, "preds", want=150)}
+        assert preds == {x["id"] for x in new}
+    finally:
+        b.cleanup()

@@ -220,6 +220,14 @@ class BatchingConsumer:
             return True
         return any(getattr(conn, "connected", False) for conn in list(conns.values()))
 
+    def topic_id(self, topic: str) -> str | None:
+        """The broker's id of ``topic`` (KIP-516, metadata v10+), or None when unknown."""
+        try:
+            tid = self._consumer._client.cluster.topic_id(topic)
+        except Exception:  # noqa: BLE001 - kafka-python internals; absent -> unknown
+            return None
+        return str(tid) if tid is not None else None
+
     def refresh_metadata(self) -> None:
         """Ask for fresh cluster metadata (topics were just created)."""
         try:
