@@ -142,7 +142,8 @@ class KafkaConfig:
         "Idempotent producer. Off by default: a broker that loses producer state on restart (tansu) "
         "breaks a long-lived idempotent producer; exactness comes from snapshots with offsets instead.",
     )
-    create_topics: bool = opt(True, "Create the input, output and dead-letter topics at start-up if missing.")
+    create_topics: bool = opt(True, "Create the input, output and dead-letter topics at start-up if missing, and again "
+                                    "while running if the broker lost them; the daemon's clients then never auto-create topics.")
     input_partitions: int = opt(1, "Partitions of topics created by streamtopics.", ge=1)
     replication_factor: int = opt(1, "Replication factor of topics created by streamtopics (3 on a real cluster).", ge=1)
     extra_consumer: dict[str, Any] = opt({}, "Extra kafka-python KafkaConsumer settings, passed verbatim (they win).")
