@@ -1,0 +1,276 @@
+"""Supervised TopicModel (issue 5): API, snapshots, the variational label term, accuracy checks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamtopics import TopicModel
+from streamtopics.batch import batch_from_arrays
+from streamtopics.engines.lsparse import LOGISTIC, HINGE, REGRESSION, LSparseEngine, _sup_coefs, _sup_weights
+from streamtopics.model import load_snapshot
+from streamtopics.supervised import SupervisedHead, omega_moments
+
+# --------------------------------------------------------------------------- synthetic corpora
+K_TRUE = 4
+WORDS = [f"w{i}" for i in range(40)]
+
+
+def planted_corpus(n_docs: int, seed: int, doc_len: int = 60, alpha: float = 0.3):
+    """Documents from 4 planted topics (10 own words each); returns (token lists, theta)."""
+    rng = np.random.default_rng(seed)
+    phi = np.full((K_TRUE, len(WORDS)), 0.002)
+    for k in range(K_TRUE):
+        phi[k, 10 * k:10 * (k + 1)] = 1.0
+    phi /= phi.sum(axis=1, keepdims=True)
+    theta = rng.dirichlet(np.full(K_TRUE, alpha), size=n_docs)
+    docs = []
+    for d in range(n_docs):
+        z = rng.choice(K_TRUE, size=doc_len, p=theta[d])
+        w = [rng.choice(len(WORDS), p=phi[k]) for k in z]
+        docs.append([WORDS[i] for i in w])
+    return docs, theta
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    docs, theta = planted_corpus(240, seed=1)
+    cls = [f"c{int(np.argmax(t))}" for t in theta]
+    return docs, theta, cls
+
+
+def _fit(model, docs, labels, bs=60, passes=1):
+    for _ in range(passes):
+        for i in range(0, len(docs), bs):
+            model.partial_fit(docs[i:i + bs], labels=labels[i:i + bs])
+    return model
+
+
+# --------------------------------------------------------------------------- API
+@pytest.mark.parametrize("loss", ["hinge", "logistic"])
+def test_multiclass_api_shapes_and_types(corpus, loss):
+    docs, _, cls = corpus
+    m = TopicModel(n_topics=6, supervision=loss, seed=0, sup_sweeps=4)
+    assert m.label_names == []
+    _fit(m, docs[:180], cls[:180])
+    assert sorted(m.label_names) == sorted(set(cls[:180]))
+    S = m.predict_scores(docs[180:])
+    assert isinstance(S, np.ndarray) and S.shape == (60, len(m.label_names)) and np.isfinite(S).all()
+    pred = m.predict(docs[180:])
+    assert len(pred) == 60 and all(isinstance(p, str) and p in m.label_names for p in pred)
+    # predict is the argmax of the scores, in label_names order
+    assert pred == [m.label_names[i] for i in np.argmax(S, axis=1)]
+    # the planted structure makes the task easy: far above chance (0.25)
+    acc = np.mean([p == y for p, y in zip(pred, cls[180:])])
+    assert acc > 0.8, acc
+
+
+def test_multilabel_api(corpus):
+    docs, theta, _ = corpus
+    labs = [[f"t{k}" for k in range(K_TRUE) if t[k] > 0.25] for t in theta]
+    m = TopicModel(n_topics=6, supervision="logistic", seed=0, sup_sweeps=4)
+    _fit(m, docs[:180], labs[:180])
+    S = m.predict_scores(docs[180:])
+    assert S.shape == (60, len(m.label_names))
+    pred = m.predict(docs[180:])
+    assert all(isinstance(p, list) and all(isinstance(x, str) for x in p) for p in pred)
+    assert pred == [[m.label_names[i] for i in np.flatnonzero(row > 0)] for row in S]
+    # per-(doc, label) accuracy well above the all-negative rate
+    names = m.label_names
+    truth = np.array([[n in set(t) for n in names] for t in labs[180:]])
+    got = np.array([[n in set(p) for n in names] for p in pred])
+    assert (truth == got).mean() > max(0.85, 1 - truth.mean() + 0.05)
+
+
+def test_regression_api(corpus):
+    docs, theta, _ = corpus
+    y = list(theta @ np.array([2.0, -1.0, 0.5, 0.0]))
+    m = TopicModel(n_topics=6, supervision="regression", seed=0, sup_sweeps=4, sup_prior_var=10.0)
+    assert m.label_names == []
+    _fit(m, docs[:180], y[:180])
+    S = m.predict_scores(docs[180:])
+    assert S.shape == (60, 1)
+    pred = m.predict(docs[180:])
+    assert all(isinstance(p, float) for p in pred)
+    np.testing.assert_allclose(pred, S[:, 0])
+
+
+def test_unlabelled_docs_train_topics_and_new_labels_grow(corpus):
+    docs, _, cls = corpus
+    m = TopicModel(n_topics=6, supervision="hinge", seed=0, sup_sweeps=2)
+    m.partial_fit(docs[:40], labels=[None] * 40)  # all unlabelled: topics only
+    assert m.state.docs_seen == 40 and m.label_names == [] and m.head.n_updates == 0
+    first = [c if c in ("c0", "c1") else None for c in cls[40:100]]
+    m.partial_fit(docs[40:100], labels=first)
+    assert sorted(m.label_names) == sorted({c for c in first if c})
+    v = m.version
+    m.partial_fit(docs[100:160], labels=cls[100:160])  # c2, c3 appear later in the stream
+    assert sorted(m.label_names) == ["c0", "c1", "c2", "c3"] and m.version == v + 1
+    assert m.predict_scores(docs[:3]).shape == (3, 4)
+
+
+def test_process_scores_are_prequential(corpus):
+    docs, _, cls = corpus
+    m = TopicModel(n_topics=6, supervision="logistic", seed=0, sup_sweeps=2)
+    b = m.prepare(m.tokenize(docs[:60]))
+    r = m.process(b, labels=cls[:60])
+    assert r.scores is None and r.predicted is None  # nothing learned before the first batch
+    before = m.predict_scores(docs[60:120])
+    b = m.prepare(m.tokenize(docs[60:120]))
+    r = m.process(b, labels=cls[60:120])
+    # computed with the model as it was before this batch (same topics, same classifier)
+    assert r.scores.shape == (60, len(m.label_names))
+    np.testing.assert_allclose(r.scores, before, atol=1e-12)
+    assert r.predicted == [m.label_names[i] for i in np.argmax(before, axis=1)]
+    assert not np.allclose(m.predict_scores(docs[60:120]), before)  # ... and then it learned
+
+
+def test_validation_and_errors(corpus):
+    docs, _, cls = corpus
+    for bad in [dict(supervision="svm"), dict(supervision="hinge", sup_c=0.0), dict(supervision="hinge", sup_ell=0.0),
+                dict(supervision="logistic", sup_c=0.5), dict(supervision="hinge", sup_prior_var=0.0),
+                dict(supervision="hinge", sup_decay=1.5), dict(supervision="hinge", sup_sweeps=0),
+                dict(supervision="hinge", sup_features="both"), dict(supervision="hinge", sup_pg_method="x")]:
+        with pytest.raises(ValueError):
+            TopicModel(n_topics=4, **bad)
+    with pytest.raises(ValueError):
+        TopicModel(n_topics=4).partial_fit(docs[:4], labels=cls[:4])  # no supervision
+    m = TopicModel(n_topics=4, supervision="hinge")
+    with pytest.raises(ValueError):
+        m.partial_fit(docs[:4], labels=cls[:3])
+    with pytest.raises(RuntimeError):
+        TopicModel(n_topics=4).predict(docs[:2])
+
+
+def test_snapshot_round_trip_predicts_identically(corpus, tmp_path):
+    docs, _, cls = corpus
+    m = TopicModel(n_topics=6, supervision="logistic", seed=3, sup_sweeps=4, sup_c=9.0, sup_prior_var=4.0)
+    _fit(m, docs[:120], cls[:120])
+    p = tmp_path / "m.stsnap"
+    m.save(p)
+    m2 = load_snapshot(p)
+    assert m2.supervision == "logistic" and m2.sup_c == 9.0 and m2.label_names == m.label_names
+    assert np.array_equal(m2.predict_scores(docs[120:]), m.predict_scores(docs[120:]))
+    assert m2.predict(docs[120:]) == m.predict(docs[120:])
+    # and both continue identically (the head's RNG position is in the snapshot)
+    m.partial_fit(docs[120:180], labels=cls[120:180])
+    m2.partial_fit(docs[120:180], labels=cls[120:180])
+    assert np.array_equal(m2.head.eta_mean, m.head.eta_mean)
+    assert np.array_equal(m2.predict_scores(docs[180:]), m.predict_scores(docs[180:]))
+
+
+# --------------------------------------------------------------------------- the variational label term
+def _random_q(rng, Ly, K):
+    E = rng.normal(size=(Ly, K))
+    V = rng.uniform(0.05, 0.5, size=(Ly, K))
+    return E, V
+
+
+def test_label_term_is_token_average_of_exact_gradient():
+    """G_k == (1/N) sum_n dF/dphi_nk by central differences, F = E_q[log psi_d] (fixed rho, kappa)."""
+    rng = np.random.default_rng(0)
+    K, Ly, Nd = 5, 3, 6
+    E, V = _random_q(rng, Ly, K)
+    phi = rng.dirichlet(np.ones(K), size=Nd)
+    rho = rng.uniform(0.2, 2.0, size=Ly)
+    kappa = rng.normal(size=Ly)
+    ones = np.ones(Nd)
+
+    def F(ph):
+        e1, e2 = omega_moments(ph, ones, E, V)
+        return float(np.sum(kappa * e1 - 0.5 * rho * e2))
+
+    h = 1e-6
+    grad = np.zeros((Nd, K))
+    for n in range(Nd):
+        for k in range(K):
+            a, b = phi.copy(), phi.copy()
+            a[n, k] += h
+            b[n, k] -= h
+            grad[n, k] = (F(a) - F(b)) / (2 * h)
+    G = np.zeros(K)
+    mbar = np.zeros(Ly)
+    sel = np.arange(K, dtype=np.int32)
+    _sup_weights(float(Nd), phi.sum(axis=0), sel, K, E, V, rho, kappa, G, mbar)
+    np.testing.assert_allclose(G, grad.mean(axis=0), rtol=1e-6, atol=1e-8)
+    # a single token's exact gradient differs from the average (the term is token-specific)
+    assert np.abs(grad[0] - G).max() > 1e-4
+
+
+@pytest.mark.parametrize("loss,lid", [("hinge", HINGE), ("logistic", LOGISTIC), ("regression", REGRESSION)])
+def test_engine_augmentation_matches_head_expected_coefficients(loss, lid):
+    rng = np.random.default_rng(1)
+    K, Ly, W = 6, 1 if loss == "regression" else 3, 5
+    E, V = _random_q(rng, Ly, K)
+    L = 3
+    top_idx = np.array([rng.choice(K, L, replace=False) for _ in range(W)], dtype=np.int32)
+    top_r = rng.dirichlet(np.ones(L), size=W)
+    top_n = np.full(W, L, dtype=np.int32)
+    cnt = rng.integers(1, 4, size=W).astype(np.float64)
+    phi = np.zeros((W, K))
+    for j in range(W):
+        phi[j, top_idx[j]] = top_r[j]
+    N = cnt @ phi
+    nd = cnt.sum()
+    head = SupervisedHead(K, loss, c=3.0, ell=2.0 if loss == "hinge" else None, epsilon=0.1 if loss == "regression" else None)
+    if loss == "regression":
+        y = np.array([[0.7]])
+    else:
+        y = np.array([[1.0, -1.0, -1.0]])
+    mask = np.ones_like(y, dtype=bool)
+    from streamtopics.supervised import Targets
+    e1, e2 = omega_moments(phi, cnt, E, V)
+    rho_ref, kappa_ref = head.expected_coefficients(e1[None], e2[None], Targets(y, mask))
+    rho = np.zeros(Ly)
+    kappa = np.zeros(Ly)
+    sel = np.arange(K, dtype=np.int32)
+    _sup_coefs(np.arange(W, dtype=np.int32), cnt, 0, W, nd, N, sel, K, top_idx, top_r, top_n, E, V, y[0],
+               mask[0].astype(np.uint8), lid, head.c, head.ell, head.epsilon, rho, kappa, np.zeros(Ly))
+    np.testing.assert_allclose(rho, rho_ref[0], rtol=1e-10)
+    np.testing.assert_allclose(kappa, kappa_ref[0], rtol=1e-10)
+
+
+def _tiny_batch(docs, m):
+    return m.prepare(m.tokenize(docs), grow=True)
+
+
+def test_unlabelled_documents_run_the_unsupervised_step_bit_for_bit(corpus):
+    docs, _, cls = corpus
+    m = TopicModel(n_topics=6, supervision="hinge", seed=0, sup_sweeps=2)
+    _fit(m, docs[:120], cls[:120])
+    batch = m.prepare(m.tokenize(docs[120:180]), grow=False)
+    eng: LSparseEngine = m.local_step
+    plain = eng.infer(m.state, batch)
+    labels = [None] * 30 + cls[150:180]
+    tg = m.head.encode_targets(labels, grow=False)
+    sup = eng.infer(m.state, batch, head=m.head, targets=tg)
+    assert np.array_equal(sup.doc_topic[:30], plain.doc_topic[:30])
+    assert not np.allclose(sup.doc_topic[30:], plain.doc_topic[30:])
+    # the label term moves labelled documents towards topics whose eta favours their label
+    names = m.label_names
+    Y = np.array([names.index(c) for c in cls[150:180]])
+    def margin(dt):
+        z = dt / dt.sum(axis=1, keepdims=True)
+        s = m.head.scores(z)
+        return np.mean(s[np.arange(30), Y] - np.max(np.where(np.eye(len(names))[Y] > 0, -np.inf, s), axis=1))
+    assert margin(sup.doc_topic[30:]) > margin(plain.doc_topic[30:])
+    # head given, no document labelled: identical to the plain step
+    none = eng.infer(m.state, batch, head=m.head, targets=m.head.encode_targets([None] * 60, grow=False))
+    assert np.array_equal(none.doc_topic, plain.doc_topic)
+    assert none.summary is not None and np.array_equal(none.summary.values, plain.summary.values)
+
+
+# --------------------------------------------------------------------------- regression recovers a linear response
+def test_regression_recovers_linear_response():
+    docs, theta = planted_corpus(500, seed=7, doc_len=80)
+    eta_true = np.array([3.0, -2.0, 1.0, -0.5])
+    rng = np.random.default_rng(8)
+    y = theta @ eta_true + rng.normal(scale=0.1, size=len(docs))
+    m = TopicModel(n_topics=K_TRUE, supervision="regression", seed=0, sup_prior_var=25.0, sup_sweeps=6,
+                   corpus_size=400)
+    _fit(m, docs[:400], list(y[:400]), bs=100, passes=2)
+    pred = np.array(m.predict(docs[400:]))
+    yt = y[400:]
+    r2 = 1 - np.sum((yt - pred) ** 2) / np.sum((yt - yt.mean()) ** 2)
+    oracle = theta[400:] @ eta_true
+    r2_oracle = 1 - np.sum((yt - oracle) ** 2) / np.sum((yt - yt.mean()) ** 2)
+    assert r2 > 0.9 * r2_oracle, (r2, r2_oracle)
