@@ -69,7 +69,7 @@ def test_supervised_beats_two_stage_on_binary_20ng(binary):
                      ("logistic", dict(sup_c=64.0, sup_prior_var=10.0))]:
         m = _train(dict(base, supervision=loss, **kw), trX, trY)
         accs[loss] = float(np.mean([p == y for p, y in zip(m.predict(teX), teY)]))
-    # measured when written: two-stage 0.726, hinge 0.821, logistic 0.844
+    # measured when written: two-stage 0.726, hinge 0.825, logistic 0.837
     assert accs["hinge"] > two_stage + 0.03, (accs, two_stage)
     assert accs["logistic"] > two_stage + 0.03, (accs, two_stage)
     assert min(accs.values()) >= 0.80, accs

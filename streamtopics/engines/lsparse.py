@@ -347,7 +347,7 @@ def _iterate(C, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, fi
 @njit(cache=True, nogil=True)
 def _iterate_sup(C, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
                  top_idx, top_r, top_e, top_n, vals, idxbuf, w,
-                 nd, E, V, yd, md, loss, c, ell, sup_eps, rho, kappa, G, mbar, tmp):
+                 nd, E, V, yd, md, loss, c, ell, sup_eps, rho, kappa, G, mbar, tmp, tmpG, damp):
     """``_iterate`` with the label term: P_k = E[log pi_dk] + G_dk (docs/supervised.md §5.3).
 
     The expected augmentation (rho, kappa) is refreshed on the selection iterations from the
@@ -359,7 +359,17 @@ def _iterate_sup(C, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel
         if select == 1 or it == first_iter:
             _sup_coefs(loc, cnt, s, e, nd, N, sel, n_sel, top_idx, top_r, top_n, E, V, yd, md, loss, c, ell,
                        sup_eps, rho, kappa, tmp)
-        _sup_weights(nd, N, sel, n_sel, E, V, rho, kappa, G, mbar)
+        if it == first_iter or damp <= 0.0:
+            _sup_weights(nd, N, sel, n_sel, E, V, rho, kappa, G, mbar)
+        else:
+            # Damped: every token reacts to the same G at once (a Jacobi step), which
+            # overshoots when the coupling rho e^2 / N is strong; the fixed point is unchanged.
+            for a in range(n_sel):
+                tmpG[sel[a]] = G[sel[a]]
+            _sup_weights(nd, N, sel, n_sel, E, V, rho, kappa, G, mbar)
+            for a in range(n_sel):
+                k = sel[a]
+                G[k] = damp * tmpG[k] + (1.0 - damp) * G[k]
         pmx = -np.inf
         for a in range(n_sel):
             k = sel[a]
@@ -413,13 +423,13 @@ def lsparse_batch(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_tr
     y0 = np.zeros((0, 0))
     m0 = np.zeros((0, 0), dtype=np.uint8)
     out = lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_trials, restart_iters,
-                            False, E0, E0, y0, m0, 0, 1.0, 0.0, 0.0)
+                            False, E0, E0, y0, m0, 0, 1.0, 0.0, 0.0, 0.0)
     return out[:11]
 
 
 @njit(cache=True, nogil=True)
 def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_trials, restart_iters,
-                      sup, E, V, Y, M, loss, c, ell, sup_eps):
+                      sup, E, V, Y, M, loss, c, ell, sup_eps, sup_damp=0.5):
     """``lsparse_batch`` with an optional label term (``sup``): documents with any target in
     ``M`` (D, n_labels) run ``_iterate_sup`` with q(eta) = N(E, V) and targets Y; the others,
     and every document when ``sup`` is False, run exactly the unsupervised step.  Also returns
@@ -466,6 +476,7 @@ def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restar
     G = np.zeros(K)
     mbar = np.zeros(Ly)
     tmp = np.zeros(Ly)
+    tmpG = np.zeros(K)
     for d in range(D):
         s = doc_ptr[d]
         e = doc_ptr[d + 1]
@@ -487,7 +498,7 @@ def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restar
             n_sel, it = _iterate_sup(C, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter,
                                      tol, eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w,
                                      nd, E, V, Y[d], M[d], loss, c, ell, sup_eps, sup_rho[d], sup_kappa[d], G, mbar,
-                                     tmp)
+                                     tmp, tmpG, sup_damp)
         else:
             n_sel, it = _iterate(C, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter, tol,
                                  eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w)
@@ -613,6 +624,7 @@ class LSparseEngine:
     active_eps: float = 0.01
     restart_trials: int = 2
     restart_iters: int = 2
+    sup_damping: float = 0.5
     name: str = "lsparse"
 
     def infer(self, state, batch, summarize: bool = True, head=None, targets=None) -> LocalResult:
@@ -635,7 +647,7 @@ class LSparseEngine:
             if Y.shape != (batch.n_docs, E.shape[0]):
                 raise ValueError(f"targets encode {Y.shape}, expected ({batch.n_docs}, {E.shape[0]})")
             out = lsparse_batch_sup(*args, True, E, V, Y, M, LOSSES[head.loss], float(head.c), float(head.ell),
-                                    float(head.epsilon))
+                                    float(head.epsilon), float(self.sup_damping))
             sup_stats = {"sup_rho": out[11], "sup_kappa": out[12]}
         else:
             out = lsparse_batch(*args)
