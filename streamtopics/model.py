@@ -411,18 +411,58 @@ class TopicModel:
         then sets the shared state to the last sample, lambda = beta + n_kw, so ``transform``,
         ``heldout_loglik`` and ``save`` treat the model like any other.  Timings and MH
         statistics are left in ``last_stats``.
+
+        ``labels`` (supervised models, same forms as ``partial_fit``): the supervised batch mode
+        of LightMedLDA - each sweep draws the augmentation, then the topics by word/doc/exp
+        proposal MH against the regularised conditional, then one coordinate-wise Gibbs sweep
+        of eta; the eta samples of the second half are averaged for prediction.  With
+        ``sup_features="unsupervised"`` (default) the classifier is then refitted on the
+        training documents' topic proportions from the label-free local step - the same
+        features ``predict`` computes for new documents - starting from the chain's eta
+        (``sup_features="supervised"`` keeps the chain's eta).
         """
-        if labels is not None:
-            raise NotImplementedError("supervised topics: see the supervised issue")
         if self.engine != "alias":
             raise NotImplementedError(f"fit() is the alias engine's batch mode (engine={self.engine!r}); "
                                       "use partial_fit() for streaming")
         if not isinstance(n_sweeps, (int, np.integer)) or n_sweeps < 1:
             raise ValueError(f"n_sweeps must be an integer >= 1 (got {n_sweeps!r})")
+        if labels is not None:
+            if self.head is None:
+                raise NotImplementedError("labels need a supervised model: TopicModel(supervision='hinge' | "
+                                          "'logistic' | 'regression') (supervised topics)")
+            docs = self._check_docs_labels(docs, labels)
+            labels = list(labels)
+            if all(_label_missing(t) for t in labels):
+                labels = None
         self._build()
         batch = self.prepare(self.tokenize(docs), grow=True)
-        self.last_stats = self.local_step.fit_state(self.state, batch, int(n_sweeps),
-                                                    seed=int(self.rng.integers(1 << 62)))
+        seed = int(self.rng.integers(1 << 62))
+        if labels is None:
+            self.last_stats = self.local_step.fit_state(self.state, batch, int(n_sweeps), seed=seed)
+            return self
+        t0 = time.perf_counter()
+        targets = self.head.encode_targets(labels, grow=True)
+        stats = self.local_step.fit_state(self.state, batch, int(n_sweeps), seed=seed, head=self.head,
+                                          targets=targets, eta_sweeps=1)
+        if self.sup_features == "unsupervised":
+            # Refit eta on test-time features: theta of each training document from the
+            # label-free local step with the learned topics, warm-started at the chain's eta.
+            t1 = time.perf_counter()
+            chain = self.head
+            head = self._new_head()
+            head.encode_targets(labels, grow=True)
+            head.eta[:] = chain.eta
+            head.n_calls = chain.n_calls
+            zbar = np.empty((batch.n_docs, self.n_topics))
+            for lo in range(0, batch.n_docs, _TRANSFORM_CHUNK):
+                hi = min(lo + _TRANSFORM_CHUNK, batch.n_docs)
+                zbar[lo:hi] = _normalise_rows(
+                    self.local_step.infer(self.state, _slice_batch(batch, lo, hi), summarize=False).doc_topic)
+            head.update(zbar, labels, n_sweeps=max(int(self.sup_sweeps), 20))
+            self.head = head
+            stats["refit_seconds"] = time.perf_counter() - t1
+        stats["fit_seconds"] = time.perf_counter() - t0
+        self.last_stats = stats
         return self
 
     def partial_fit_transform(self, docs: Sequence, labels=None, batch_key=None) -> np.ndarray:
