@@ -307,6 +307,10 @@ def _demo_config(bootstrap: str, args: argparse.Namespace, snapshot_dir: Path, n
         model["corpus_size"] = n_docs
     # Two-letter tokens in 20NG are mostly uuencoded/binary debris ("ax", "ei", "cx").
     model["min_word_len"] = max(3, int(model.get("min_word_len", 2)))
+    if not args.unsupervised and model.get("supervision", "none") == "none":
+        # The corpus is labelled: learn topics that predict the newsgroup (max-margin), so
+        # predictions carry a label and the prequential accuracy is live.
+        model.update(supervision="hinge", sup_c=16.0, sup_ell=4.0, sup_prior_var=10.0)
     if args.batch is not None:
         data.setdefault("batch", {})["max_docs"] = args.batch
     data.setdefault("snapshot", {})["dir"] = str(snapshot_dir)
@@ -406,9 +410,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     continue
                 rate = (done - prev_done) / max(now - prev_t, 1e-9) if prev_t is not None else 0.0
                 prev_done, prev_t = done, now
+                acc = st.get("prequential_accuracy")
                 line = (f"{s.dim(f'{now - t_run:6.1f}s')}  docs {done:>7,}/{n:,}  "
                         f"{rate:7,.0f} docs/s  batches {st.get('batches', 0):>4}  "
-                        f"vocab {st.get('vocabulary', 0):>7,}  lag {lag:>6,}")
+                        f"vocab {st.get('vocabulary', 0):>7,}  lag {lag:>6,}"
+                        + (f"  prequential accuracy {acc:.3f}" if acc is not None else ""))
                 print(line, flush=True)
                 words = st.get("top_words") or {}
                 if words:
@@ -485,6 +491,16 @@ def _demo_summary(s: _Style, daemon, st: dict, corpus_name: str, n: int, t_first
     print(f"  model          version {model.version}, {int(model.state.docs_seen):,} documents learned, "
           f"vocabulary {len(model.vocab):,}")
     print(f"  wall time      {time.perf_counter() - t_start:.1f} s (corpus, broker, produce, learn, snapshot)")
+    curve = st.get("prequential_curve") or []
+    if curve:
+        print("\n" + s.bold("prequential accuracy") + s.dim("  (label predicted before learning each document; "
+                                                         "sliding window of the last labelled documents)"))
+        step = max(1, len(curve) // 10)
+        points = curve[step - 1::step]
+        if points[-1] != curve[-1]:
+            points.append(curve[-1])
+        for docs_seen, acc in points:
+            print(f"  {docs_seen:>8,} docs  {acc:.3f}  {'#' * int(round(acc * 40))}")
     print("\n" + s.bold(f"top words of all {model.n_topics} topics") + s.dim("  (largest first; share of the corpus)"))
     width = len(str(model.n_topics - 1))
     import numpy as np
@@ -523,6 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--dir", default="var/demo", help="where snapshots and the daemon log go (default var/demo)")
     d.add_argument("--every", type=float, default=1.0, metavar="S", help="seconds between progress lines")
     d.add_argument("--no-color", action="store_true", help="plain output")
+    d.add_argument("--unsupervised", action="store_true",
+                   help="plain LDA (by default the demo learns supervised topics from the newsgroup labels)")
     d.set_defaults(func=cmd_demo)
 
     pr = sub.add_parser("produce", help="send documents into a topic",

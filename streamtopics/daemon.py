@@ -43,6 +43,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -96,9 +97,6 @@ def check_daemon_config(cfg: Config) -> list[str]:
     if cfg.model.engine not in ENGINES:
         errs.append(f'config error: model.engine = "{cfg.model.engine}" is not available in this version '
                     f"(allowed: {', '.join(ENGINES)})")
-    if cfg.model.supervision != "none":
-        errs.append(f'config error: model.supervision = "{cfg.model.supervision}" is not available in this '
-                    'version (allowed: none; supervised topics come later)')
     return errs
 
 
@@ -109,7 +107,10 @@ def model_from_config(m: ModelConfig) -> TopicModel:
         alpha=m.alpha, beta=m.beta, seed=m.seed, delay=m.delay, forgetting_rate=m.forgetting_rate,
         rho_min=m.rho_min, corpus_size=m.corpus_size or None, memo_window=m.memo_window,
         max_iter=m.max_local_iters, tol=m.local_tol, restarts=m.restarts, vocab_cap=m.vocab_cap,
-        vocab_policy=m.vocab_policy, min_word_len=m.min_word_len, stopwords=m.stopwords)
+        vocab_policy=m.vocab_policy, min_word_len=m.min_word_len, stopwords=m.stopwords,
+        supervision=None if m.supervision == "none" else m.supervision, sup_c=m.sup_c or None,
+        sup_ell=m.sup_ell or None, sup_epsilon=m.sup_epsilon or None, sup_prior_var=m.sup_prior_var,
+        sup_decay=m.sup_decay)
 
 
 def _param_differences(model: TopicModel, m: ModelConfig) -> dict[str, tuple[Any, Any]]:
@@ -330,6 +331,10 @@ class Daemon:
         self.dead_by_reason: dict[str, int] = {}
         self.error: BaseException | None = None
         self._status: dict[str, Any] = {}
+        self._prequential: deque[bool] = deque(maxlen=cfg.model.prequential_window)
+        self._prequential_accuracy: float | None = None
+        # (documents learned, windowed accuracy) once per batch; bounded for a never-ending stream
+        self._prequential_curve: deque[tuple[int, float]] = deque(maxlen=2000)
         self.stale_after_s = max(10.0, 5 * cfg.batch.max_wait_ms / 1000.0)
         self._poll_tick_s = min(0.5, max(0.05, cfg.batch.max_wait_ms / 1000.0))
 
@@ -688,13 +693,14 @@ class Daemon:
         # go to the dead-letter topic as ``model_error`` and the stream goes on.
         stages = {"decode": rb.decode_seconds, "predict": 0.0, "learn": 0.0}
         texts = [d.text if d.text is not None else d.tokens for d in docs]
+        targets = self._targets(docs)
         version = model.version  # the model that predicts (before learning this batch)
         try:
-            keep, empty, theta, n_tokens = self._model_step(model, texts, list(range(len(docs))),
-                                                            batch_key, stages)
+            keep, empty, theta, n_tokens, sup = self._model_step(model, texts, list(range(len(docs))),
+                                                                 batch_key, stages, targets)
         except Exception as exc:  # noqa: BLE001 - any failure of the model on this input
-            keep, empty, theta, n_tokens = self._model_failure(model, texts, batch_key, stages, exc, version,
-                                                               docs, srcs, dead)
+            keep, empty, theta, n_tokens, sup = self._model_failure(model, texts, batch_key, stages, exc, version,
+                                                                    docs, srcs, dead, targets)
         finally:
             self._gil_free.set()
         for i in empty:
@@ -724,7 +730,9 @@ class Daemon:
             ids.append(d.id)
             ts = srcs[i][0].timestamp
             origins.append(d.ts if d.ts is not None else (ts / 1000.0 if ts and ts > 0 else math.nan))
-        build = partial(self._encode_batch, dead, ids, theta, version, now)
+        if sup is not None and targets is not None:
+            self._score_prequential(sup, [targets[i] for i in keep])
+        build = partial(self._encode_batch, dead, ids, theta, version, now, sup)
         meta = _BatchMeta(rb.tp, rb.first_offset, rb.next_offset, len(keep), n_tokens,
                           [dl.reason for dl in dead], origins, stages, t_start)
         if not self.pipeline.submit(PublishJob([], meta, build=build, size=len(dead) + len(ids)),
@@ -741,10 +749,13 @@ class Daemon:
                 "complete": rb.complete})
 
     def _model_step(self, model: TopicModel, texts: list, idx: list[int], batch_key: str,
-                    stages: dict[str, float]) -> tuple[list[int], list[int], np.ndarray | None, int]:
+                    stages: dict[str, float], targets: list | None = None
+                    ) -> tuple[list[int], list[int], np.ndarray | None, int, tuple | None]:
         """Tokenize ``texts`` (positions ``idx`` of the batch), predict and learn.
 
-        Returns (kept positions, positions left without tokens, theta of the kept ones, tokens).
+        Returns (kept positions, positions left without tokens, theta of the kept ones, tokens,
+        (scores, predictions) of the kept ones or None when the model is not supervised yet).
+        ``targets`` holds the whole batch's labels by position (None: unsupervised model).
         """
         t0 = time.perf_counter()
         self._gil_free.clear()
@@ -754,7 +765,7 @@ class Daemon:
         empty = [idx[j] for j, t in enumerate(tokens) if not t]
         stages["decode"] += time.perf_counter() - t0
         if not keep:
-            return keep, empty, None, 0
+            return keep, empty, None, 0, None
         t0 = time.perf_counter()
         batch = model.prepare([t for t in tokens if t], grow=True)
         stages["decode"] += time.perf_counter() - t0
@@ -762,16 +773,20 @@ class Daemon:
         self._gil_free.set()
         self.consumer.prefetch()  # the next records arrive while the kernels run
         faults.hit("learn")
-        res = model.process(batch, learn=True, batch_key=batch_key)
+        labels = None if targets is None else [targets[i] for i in keep]
+        res = model.process(batch, learn=True, batch_key=batch_key, labels=labels)
         theta = model.theta(res.doc_topic)
         st = model.last_stats
         stages["predict"], stages["learn"] = st.get("local_seconds", 0.0), st.get("update_seconds", 0.0)
         self._observe_inference(st)
-        return keep, empty, theta, int(batch.n_tokens)
+        scores, predicted = getattr(res, "scores", None), getattr(res, "predicted", None)
+        sup = None if predicted is None else (scores, predicted)
+        return keep, empty, theta, int(batch.n_tokens), sup
 
     def _model_failure(self, model: TopicModel, texts: list, batch_key: str, stages: dict[str, float],
                        exc: BaseException, version: int, docs: list[Document], srcs: list,
-                       dead: list[DeadLetter]) -> tuple[list[int], list[int], np.ndarray | None, int]:
+                       dead: list[DeadLetter], targets: list | None = None
+                       ) -> tuple[list[int], list[int], np.ndarray | None, int, tuple | None]:
         """The model raised on a batch: dead-letter the documents it raises on and learn the rest.
 
         Narrowing: each document alone is tokenized and predicted without learning; the ones
@@ -793,6 +808,8 @@ class Daemon:
                         one = model.prepare(toks, grow=False)
                         if model.state.initialized:  # a model with no topics yet cannot predict
                             model.process(one, learn=False)
+                    if targets is not None and targets[i] is not None:
+                        model.head.encode_targets([targets[i]], grow=False, unknown="ignore")
                 except Exception:  # noqa: BLE001
                     bad.append(i)
         result = None
@@ -800,7 +817,8 @@ class Daemon:
         if bad and len(bad) < len(texts) and model.version == version:
             rest = [i for i in every if i not in set(bad)]
             try:
-                result = self._model_step(model, [texts[i] for i in rest], rest, batch_key, stages)
+                result = self._model_step(model, [texts[i] for i in rest], rest, batch_key, stages,
+                                          None if targets is None else {i: targets[i] for i in rest})
             except Exception as exc2:  # noqa: BLE001
                 error = exc2
                 log.error("the batch without the failing documents raised again; dead-lettering it all",
@@ -812,10 +830,10 @@ class Daemon:
             rec, idx = srcs[i]
             dead.append(DeadLetter("model_error", detail, idx, rec.topic, rec.partition, rec.offset,
                                    rec.value if idx is None else encode_document(docs[i])))
-        return result if result is not None else ([], [], None, 0)
+        return result if result is not None else ([], [], None, 0, None)
 
     def _encode_batch(self, dead: list[DeadLetter], ids: list, theta: np.ndarray | None, version: int,
-                      now: float) -> list[OutMessage]:
+                      now: float, sup: tuple | None = None) -> list[OutMessage]:
         """The batch's messages (runs on the publisher thread): dead letters, then predictions."""
         out: list[OutMessage] = []
         max_raw = self._max_raw_bytes()
@@ -823,10 +841,62 @@ class Daemon:
         for dl in dead:
             out.append(OutMessage(dl_topic, encode_dead_letter(dl, ts=now, max_raw_bytes=max_raw)))
         if theta is not None:
-            for doc_id, row in zip(ids, _top_topics(theta)):
-                out.append(OutMessage(out_topic, encode_prediction(doc_id, row, model_version=version, ts=now),
+            extras = self._label_fields(sup, len(ids))
+            for doc_id, row, extra in zip(ids, _top_topics(theta), extras):
+                out.append(OutMessage(out_topic, encode_prediction(doc_id, row, model_version=version, ts=now,
+                                                                   **extra),
                                       key=prediction_key(doc_id)))
         return out
+
+    # -- supervised ----------------------------------------------------------------------
+
+    def _targets(self, docs: list[Document]) -> list | None:
+        """Each document's training target for a supervised model (None where it has none)."""
+        sup = self.cfg.model.supervision
+        if sup == "none":
+            return None
+        if sup == "regression":
+            return [d.response for d in docs]
+        return [d.labels if d.labels is not None else d.label for d in docs]
+
+    def _label_fields(self, sup: tuple | None, n: int) -> list[dict]:
+        """``label``/``labels``/``scores``/``response`` of each prediction message."""
+        if sup is None:
+            return [{}] * n
+        scores, predicted = sup
+        names = self.model.label_names
+        out = []
+        for i in range(n):
+            p = predicted[i]
+            extra: dict[str, Any] = {}
+            if isinstance(p, (list, tuple)):  # multi-label
+                extra["labels"] = [str(x) for x in p]
+            elif isinstance(p, str):
+                extra["label"] = p
+            elif p is not None:
+                extra["response"] = float(p)
+            if scores is not None and names:
+                extra["scores"] = dict(zip(names, scores[i].tolist()))
+            out.append(extra)
+        return out
+
+    def _score_prequential(self, sup: tuple, truths: list) -> None:
+        """Predictions made before learning vs the labels that came with the documents."""
+        _, predicted = sup
+        window = self._prequential
+        for p, y in zip(predicted, truths):
+            if y is None or p is None or isinstance(y, float):
+                continue
+            if isinstance(y, (list, tuple)):
+                window.append(set(map(str, p if isinstance(p, (list, tuple)) else [p])) == set(map(str, y)))
+            else:
+                window.append(str(p) == str(y))
+        if window:
+            acc = sum(window) / len(window)
+            self.metrics.prequential_accuracy.set(acc)
+            self.metrics.prequential_window_documents.set(len(window))
+            self._prequential_accuracy = acc
+            self._prequential_curve.append((int(self.model.state.docs_seen), acc))
 
     def _observe_inference(self, st: dict) -> None:
         m = self.metrics
@@ -962,6 +1032,8 @@ class Daemon:
             "last_snapshot": str(self.last_snapshot) if self.last_snapshot else None,
             "first_batch_at": self._first_batch_at,
             "last_batch_at": self._last_batch_at,
+            "prequential_accuracy": self._prequential_accuracy,
+            "prequential_curve": list(self._prequential_curve),
         }
         now = time.monotonic()
         if self.track_topics and self.model.state.initialized:

@@ -55,10 +55,13 @@ def test_check_config_errors_exit_2_with_one_line_each(tmp_path, capsys):
     assert all(ln.startswith("config error: ") for ln in lines) and len(lines) == 3
     assert any("model.n_topic" in ln and "did you mean model.n_topics" in ln for ln in lines)
     assert any("model.engine" in ln for ln in lines) and any("batch.max_docs" in ln for ln in lines)
-    # Accepted by the schema but not runnable yet: still a configuration error.
-    path.write_text('[model]\nsupervision = "hinge"\n')
+    # Supervised settings are validated like every other key.
+    path.write_text('[model]\nsupervision = "hinge"\nsup_c = -1.0\n')
     assert main(["check-config", str(path)]) == 2
-    assert "model.supervision" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "model.sup_c" in err and "model.supervision" not in err
+    path.write_text('[model]\nsupervision = "hinge"\nsup_c = 16.0\n')
+    assert main(["check-config", str(path)]) == 0
 
 
 def test_entry_point_runs_as_a_module(tmp_path):

@@ -542,6 +542,7 @@ def encode_prediction(
     topics: Iterable[tuple[int, float]],
     *,
     label: str | None = None,
+    labels: Iterable[str] | None = None,
     scores: Mapping[str, float] | None = None,
     response: float | None = None,
     model_version: int,
@@ -554,6 +555,8 @@ def encode_prediction(
     m: dict[str, Any] = {"id": doc_id, "topics": [list(kp) for kp in pairs]}
     if label is not None:
         m["label"] = str(label)
+    if labels is not None:  # multi-label models: every label predicted on
+        m["labels"] = [str(x) for x in labels]
     if scores is not None:
         m["scores"] = {str(k): float(v) for k, v in scores.items()}
     if response is not None:
