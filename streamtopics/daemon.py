@@ -294,6 +294,7 @@ class Daemon:
         self.offsets: dict[str, int] = {}
         self.epochs: dict[str, int] = {}
         self.topic_ids: dict[str, str] = {}  # broker topic ids (KIP-516) of the logs ``offsets`` refer to
+        self._left_topic_ids: dict[str, str] = {}  # ids of logs found reset behind us (never recorded again)
         self.consumer: BatchingConsumer | None = None
         self.publisher: Publisher | None = None
         self.pipeline: PublishPipeline | None = None
@@ -604,8 +605,8 @@ class Daemon:
         its offsets mean nothing in the new log, even where they are in range. Forget them."""
         saved = self.topic_ids.get(topic)
         now = self.consumer.topic_id(topic) if self.consumer is not None else None
-        if saved is None or now is None or saved == now:
-            return False
+        if saved is None or now is None or saved == now or now == self._left_topic_ids.get(topic):
+            return False  # (the last case: stale metadata still naming a log we already left)
         log.warning("topic was recreated since the model's offsets were saved (another topic id): "
                     "reading it from its beginning", extra={"topic": topic, "saved_topic_id": saved,
                                                             "topic_id": now})
@@ -643,10 +644,24 @@ class Daemon:
         for tp in gone:
             self.metrics.forget_partition(tp.partition)
 
+    def _record_topic_id(self, topic: str) -> None:
+        """Remember which log (topic id) the offsets of ``topic`` refer to, after learning from it."""
+        tid = self.consumer.topic_id(topic) if self.consumer is not None else None
+        if tid is None or tid == self._left_topic_ids.get(topic):
+            # After a log reset the client's metadata can still name the log we left; recording
+            # that id would make the next assignment think the topic was recreated again and
+            # re-read (and learn twice) what was just learned. Wait for the new id.
+            return
+        self._left_topic_ids.pop(topic, None)
+        self.topic_ids[topic] = tid
+
     def _on_reset(self, tp: TopicPartition, expected: int, highwater: int) -> None:
         key = _tp_key(tp.topic, tp.partition)
         if self._in_batch is not None and self._in_batch[0] == key:
             self._in_batch = (None, None)  # the batch belongs to the old log: do not record its offset
+        left = self.topic_ids.pop(tp.topic, None)  # the old log's id; the new one is recorded on learning
+        if left is not None:
+            self._left_topic_ids[tp.topic] = left
         self.offsets.pop(key, None)
         self.epochs[key] = self.epochs.get(key, 0) + 1  # new log: memoized batch keys must not collide
         self._dirty = True
@@ -714,9 +729,7 @@ class Daemon:
         # the log was found reset during the batch: its old offsets mean nothing any more).
         if self._in_batch[0] is not None:
             self.offsets[self._in_batch[0]] = rb.next_offset
-            tid = self.consumer.topic_id(rb.topic)
-            if tid is not None:
-                self.topic_ids[rb.topic] = tid
+            self._record_topic_id(rb.topic)
         self._dirty = True
         self._update_model_metrics()
         faults.hit("offsets_advanced")

@@ -432,6 +432,37 @@ def test_assignment_during_a_batch_resumes_after_that_batch(tmp_path):
 
 
 
+class _Ids:
+    """The consumer's view of topic ids (kafka-python's cached metadata), set by the test."""
+
+    def __init__(self, tid: str) -> None:
+        self.tid = tid
+
+    def topic_id(self, topic: str) -> str:
+        return self.tid
+
+
+def test_log_reset_with_stale_metadata_does_not_relearn_the_new_log(tmp_path):
+    """CI once saw this race: the log was reset (broker restarted), the daemon learned the new
+    log while the consumer's cached metadata still named the old topic id, and the next
+    rebalance took the recorded (old) id for a recreated topic and re-read - learned twice -
+    the new log from its beginning."""
+    cfg = Config.from_dict({"snapshot": {"dir": str(tmp_path)}, "topics": {"input": "docs"}}, env={})
+    d = Daemon(cfg, serve_metrics=False)
+    d.model = object()
+    d.consumer = _Ids("old")
+    d.offsets, d.topic_ids = {"docs:0": 100}, {"docs": "old"}
+    d._on_reset(TopicPartition("docs", 0), 100, 0)
+    d.offsets["docs:0"] = 50          # learned offsets 0..49 of the new log
+    d._record_topic_id("docs")        # metadata still stale: must not record "old" again
+    assert "docs" not in d.topic_ids
+    d.consumer.tid = "new"            # metadata refreshed; a rebalance asks where to resume
+    assert d._start_offset(TopicPartition("docs", 0)) == 50
+    d._record_topic_id("docs")
+    assert d.topic_ids == {"docs": "new"}
+    d.consumer.tid = "newer"          # a real re-creation later is still noticed
+    assert d._start_offset(TopicPartition("docs", 0)) == 0
+    d.consumer = None                 # the daemon's close() must not touch the stand-in
 
 def test_unsupported_settings_are_config_errors(tmp_path):
     from streamtopics.model import ENGINES
