@@ -49,7 +49,8 @@ def _partitions(bootstrap: str, names: list[str]) -> dict[str, int]:
         admin.close()
 
 
-def test_broker_restart_daemon_reconnects_rereads_the_new_log_and_loses_nothing(tmp_path):
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+def test_broker_restart_daemon_reconnects_rereads_the_new_log_and_loses_nothing(tmp_path, idempotent):
     """tansu restarted (memory storage: topics, data, group offsets gone). The daemon must
     report the outage on /metrics and /readyz, reconnect, notice that the new log is behind
     its offset and re-read it from the start, and keep everything it had learned.
@@ -61,7 +62,8 @@ def test_broker_restart_daemon_reconnects_rereads_the_new_log_and_loses_nothing(
     try:
         b.start()
         topics = {"input": "docs", "output": "preds", "dead_letter": "dlq"}
-        cfg = _cfg(b.bootstrap, topics, tmp_path / "snaps", kafka={"create_topics": True})
+        cfg = _cfg(b.bootstrap, topics, tmp_path / "snaps",
+                   kafka={"create_topics": True, "enable_idempotence": idempotent})
         with _running(cfg) as d:
             url = d.metrics_url
             _produce(b.bootstrap, "docs", [msgpack.packb(x) for x in _docs(100)])
@@ -80,6 +82,10 @@ def test_broker_restart_daemon_reconnects_rereads_the_new_log_and_loses_nothing(
             s = _samples(url)
             assert s[("streamtopics_partition_resets_total", ())] >= 1
             assert s[("streamtopics_broker_up", ())] == 1
+            recreated = s[("streamtopics_kafka_client_recreations_total", (("client", "producer"),))]
+            print(f"\nbroker restart ({'idempotent' if idempotent else 'plain'} producer): "
+                  f"producer rebuilt {recreated:.0f} times, partition resets "
+                  f"{s[('streamtopics_partition_resets_total', ())]:.0f}")
         preds = {decode_prediction(r.value)["id"] for r in _read_all(b.bootstrap, "preds", want=150)}
         assert preds == {x["id"] for x in new}
         m = load_snapshot(d.last_snapshot)
