@@ -74,3 +74,31 @@ def test_regression_stream_gets_a_response(broker, fresh_topic, tmp_path):
     late = [p for p in preds if p["id"] >= 100]
     assert late and all(isinstance(p.get("response"), float) and math.isfinite(p["response"]) for p in late)
     assert all("label" not in p for p in preds)
+
+
+def test_multilabel_stream_gets_labels_and_scores(broker, fresh_topic, tmp_path):
+    """Documents with ``labels`` (lists): each prediction carries ``labels`` (the labels with a
+    positive score) and a score per label; the prequential metric compares label sets."""
+    corpus = load_reuters_r8("train")[:400]
+    topics = _topics(fresh_topic)
+    cfg = _cfg(broker.bootstrap, topics, tmp_path / "snap",
+               model={"supervision": "hinge", "sup_c": 16.0, "sup_ell": 4.0, "sup_prior_var": 10.0})
+    # a second, derived label on the money topics makes it multi-label
+    money = {"earn", "acq"}
+    targets = {d.id: [d.label] + (["money"] if d.label in money else []) for d in corpus}
+    values = [msgpack.packb({"id": d.id, "text": d.text, "labels": targets[d.id]}) for d in corpus]
+    _produce(broker.bootstrap, topics["input"], values)
+    with _running(cfg) as d:
+        _wait(lambda: _consumed(d, topics["input"], len(values)), 120, "all documents consumed")
+        names = set(d.model.label_names)
+        acc = _samples(d.metrics_url)[("streamtopics_prequential_accuracy", ())]
+    assert "money" in names and names >= {d.label for d in corpus}
+    preds = [decode_prediction(r.value) for r in _read_all(broker.bootstrap, topics["output"], len(values))]
+    assert len(preds) == len(values)
+    late = [p for p in preds if "labels" in p]
+    assert len(late) >= len(values) - 2 * 50  # the first batch meets an untrained classifier
+    for p in late:
+        assert "label" not in p and set(p["labels"]) <= names and set(p["scores"]) == names
+        assert set(p["labels"]) == {k for k, v in p["scores"].items() if v > 0}
+    exact = sum(set(p["labels"]) == set(targets[p["id"]]) for p in late) / len(late)
+    assert exact > 0.5 and 0.0 < acc <= 1.0, (exact, acc)
