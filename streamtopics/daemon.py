@@ -310,7 +310,9 @@ class Daemon:
         self._dirty = False            # state differs from the newest snapshot
         self._publish_failed = False   # a learned batch's predictions could not be published (shutdown)
         self._in_batch: tuple | None = None  # (partition key, next offset) of the batch being learned
-        self._gil_free = threading.Event()  # clear while this thread tokenizes (see PublishPipeline)
+        # Set while this thread runs GIL-free (numba kernels, or blocked waiting for records);
+        # the publisher thread does its GIL-bound encoding and sending only then (PublishPipeline).
+        self._gil_free = threading.Event()
         self._gil_free.set()
         self._batches_since_snapshot = 0
         self._last_snapshot_mono = time.monotonic()
@@ -492,7 +494,8 @@ class Daemon:
                 self.consumer = BatchingConsumer(
                     self._consumer_kwargs(), cfg.topics.input, max_docs=cfg.batch.max_docs,
                     max_wait_ms=cfg.batch.max_wait_ms, decode=self._decode, start_offset=self._start_offset,
-                    on_assigned=self._on_assigned, on_revoked=self._on_revoked, on_reset=self._on_reset)
+                    on_assigned=self._on_assigned, on_revoked=self._on_revoked, on_reset=self._on_reset,
+                    on_wait=self._gil_free.set)
                 self.consumer.start()
                 log.info("connected to Kafka", extra={"bootstrap": cfg.kafka.bootstrap_servers,
                                                       "input": cfg.topics.input, "group": cfg.kafka.group_id})
@@ -716,8 +719,6 @@ class Daemon:
         except Exception as exc:  # noqa: BLE001 - any failure of the model on this input
             keep, empty, theta, n_tokens, sup = self._model_failure(model, texts, batch_key, stages, exc, version,
                                                                     docs, srcs, dead, targets)
-        finally:
-            self._gil_free.set()
         for i in empty:
             rec, idx = srcs[i]
             dead.append(DeadLetter(
@@ -788,6 +789,9 @@ class Daemon:
         faults.hit("learn")
         labels = None if targets is None else [targets[i] for i in keep]
         res = model.process(batch, learn=True, batch_key=batch_key, labels=labels)
+        # GIL-bound Python again until the next kernel or an idle wait: publishing this batch
+        # then overlaps the next batch's kernels instead of its tokenization.
+        self._gil_free.clear()
         theta = model.theta(res.doc_topic)
         st = model.last_stats
         stages["predict"], stages["learn"] = st.get("local_seconds", 0.0), st.get("update_seconds", 0.0)

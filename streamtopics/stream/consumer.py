@@ -109,7 +109,8 @@ class BatchingConsumer:
     ``decode(record) -> (decoded, n_docs)`` is applied once per record (lazily,
     when batches are formed); the time it takes is reported per batch.
     Callbacks: ``start_offset(tp) -> int | None`` (where to seek on assignment),
-    ``on_assigned(tps)``, ``on_revoked(tps)``, ``on_reset(tp, expected, highwater)``.
+    ``on_assigned(tps)``, ``on_revoked(tps)``, ``on_reset(tp, expected, highwater)``, and
+    ``on_wait()`` just before ``next_batch`` blocks waiting for records (the caller is idle).
     """
 
     def __init__(
@@ -124,6 +125,7 @@ class BatchingConsumer:
         on_assigned: Callable[[list[TopicPartition]], None] = lambda tps: None,
         on_revoked: Callable[[list[TopicPartition]], None] = lambda tps: None,
         on_reset: Callable[[TopicPartition, int, int], None] = lambda tp, expected, hw: None,
+        on_wait: Callable[[], None] = lambda: None,
         factory: Callable[..., Any] = KafkaConsumer,
     ) -> None:
         self._kwargs = dict(consumer_kwargs)
@@ -138,6 +140,7 @@ class BatchingConsumer:
         self._on_assigned_cb = on_assigned
         self._on_revoked_cb = on_revoked
         self._on_reset_cb = on_reset
+        self._on_wait = on_wait
         self._factory = factory
         self._consumer: Any = None
         self._parts: dict[TopicPartition, _Partition] = {}
@@ -279,6 +282,8 @@ class BatchingConsumer:
             oldest = self._oldest_arrival()
             if oldest is not None:
                 wait = min(wait, max(0.0, oldest + self.max_wait_s - now))
+            if wait > 0.0:
+                self._on_wait()
             self._poll(max(0.0, min(wait, 0.25)))
 
     def prefetch(self) -> None:

@@ -1,0 +1,38 @@
+"""BatchingConsumer against the real broker on loopback: batches cut by size, and the
+``on_wait`` hook the daemon uses to let its publisher thread run while it is idle."""
+from __future__ import annotations
+
+import uuid
+
+import msgpack
+
+from streamtopics.stream.consumer import BatchingConsumer
+
+from test_daemon import _produce  # noqa: E402 - tests/ is on sys.path
+
+
+def test_on_wait_runs_only_when_next_batch_would_block(broker, fresh_topic):
+    topic = fresh_topic()
+    waits: list[int] = []
+    c = BatchingConsumer(
+        {"bootstrap_servers": broker.bootstrap, "group_id": f"g-{uuid.uuid4().hex[:8]}",
+         "session_timeout_ms": 2000, "heartbeat_interval_ms": 500, "auto_offset_reset": "earliest",
+         "enable_auto_commit": False, "fetch_max_wait_ms": 50},
+        topic, max_docs=10, max_wait_ms=60000, decode=lambda r: (msgpack.unpackb(r.value), 1),
+        on_wait=lambda: waits.append(1))
+    try:
+        assert c.next_batch(0.3) is None and waits  # nothing to read: blocked, so it said so first
+        _produce(broker.bootstrap, topic, [msgpack.packb(i) for i in range(30)])
+        first = None
+        for _ in range(200):
+            first = c.next_batch(0.1)
+            if first is not None:
+                break
+        assert first is not None and first.decoded == list(range(10)) and first.complete
+        # The next two batches are buffered already: handed out without waiting.
+        waits.clear()
+        rest = [c.next_batch(5.0), c.next_batch(5.0)]
+        assert [b.decoded for b in rest] == [list(range(10, 20)), list(range(20, 30))]
+        assert not waits
+    finally:
+        c.close()
