@@ -56,7 +56,7 @@ from kafka import TopicPartition
 
 from . import __version__
 from .config import Config, ConfigError, ModelConfig
-from .metrics import Metrics, MetricsServer
+from .metrics import PROPOSALS, Metrics, MetricsServer
 from .model import TopicModel, load_snapshot
 from .snapshot import SnapshotWriteError, snapshot_name
 from .stream import faults
@@ -926,6 +926,11 @@ class Daemon:
         obj = st.get("objective_per_token")
         if obj is not None and math.isfinite(obj):
             m.objective_per_token.set(obj)
+        for proposal, ratio in (st.get("mh_acceptance") or {}).items():  # alias engine
+            if proposal in PROPOSALS and ratio is not None and math.isfinite(ratio):
+                m.set_mh_acceptance(proposal, ratio)
+        if st.get("alias_rebuilds"):
+            m.alias_rebuilds.inc(st["alias_rebuilds"])
 
     def _collect(self) -> None:
         """Acknowledged batches: commit their offsets (advisory) and count them."""

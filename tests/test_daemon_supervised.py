@@ -102,3 +102,30 @@ def test_multilabel_stream_gets_labels_and_scores(broker, fresh_topic, tmp_path)
         assert set(p["labels"]) == {k for k, v in p["scores"].items() if v > 0}
     exact = sum(set(p["labels"]) == set(targets[p["id"]]) for p in late) / len(late)
     assert exact > 0.5 and 0.0 < acc <= 1.0, (exact, acc)
+
+
+def test_alias_engine_from_configuration_with_labels(broker, fresh_topic, tmp_path):
+    """engine = "alias" in the configuration: the daemon runs the supervised Alias-MH local
+    step (word/doc/exp proposals), publishes labelled predictions, shows MH acceptance per
+    proposal and table rebuilds on /metrics, and its snapshot loads as a TopicModel."""
+    corpus = load_reuters_r8("train")[:300]
+    topics = _topics(fresh_topic)
+    cfg = _cfg(broker.bootstrap, topics, tmp_path / "snap",
+               model={"engine": "alias", "supervision": "hinge", "sup_c": 16.0, "sup_ell": 4.0,
+                      "sup_prior_var": 10.0})
+    values = [msgpack.packb({"id": d.id, "text": d.text, "label": d.label}) for d in corpus]
+    _produce(broker.bootstrap, topics["input"], values)
+    with _running(cfg) as d:
+        _wait(lambda: _consumed(d, topics["input"], len(values)), 120, "all documents consumed")
+        s = _samples(d.metrics_url)
+    for proposal in ("word", "doc", "exp"):
+        assert 0.0 < s[("streamtopics_mh_acceptance_ratio", (("proposal", proposal),))] <= 1.0, proposal
+    assert s[("streamtopics_alias_rebuilds_total", ())] > 0
+    preds = [decode_prediction(r.value) for r in _read_all(broker.bootstrap, topics["output"], len(values))]
+    assert sorted(p["id"] for p in preds) == sorted(x.id for x in corpus)
+    truth = {x.id: x.label for x in corpus}
+    late = [p for p in preds if "label" in p]
+    assert len(late) >= len(values) - 2 * 50
+    assert sum(p["label"] == truth[p["id"]] for p in late) / len(late) > 0.6  # R8 majority class is ~0.5
+    m = load_snapshot(d.last_snapshot)  # written at shutdown
+    assert m.engine == "alias" and m.supervision == "hinge" and m.state.docs_seen == len(values)
