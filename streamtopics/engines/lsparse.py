@@ -47,7 +47,7 @@ from ..summary import LocalResult, Summary, summarize_sparse
 
 
 @njit(cache=True, nogil=True)
-def _resp_pass(C, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
+def _resp_pass(C, cmax, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
                top_idx, top_r, top_e, top_n, vals, idxbuf, w):
     """One sweep over a document's word types; returns (n_sel, max |delta N|).
 
@@ -70,6 +70,16 @@ def _resp_pass(C, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select,
             else:
                 in_sel[k] = 0
         n_sel = m
+        # Candidates in decreasing P_k: since W_uk = C_uk + P_k <= max_k C_uk + P_k, a token's
+        # scan stops at the first candidate whose bound is below its threshold (exact).
+        for a in range(1, n_sel):
+            k = sel[a]
+            pk = P[k]
+            b = a - 1
+            while b >= 0 and P[sel[b]] < pk:
+                sel[b + 1] = sel[b]
+                b -= 1
+            sel[b + 1] = k
     want = L if n_sel > L else n_sel
     for j in range(s, e):
         u = loc[j]
@@ -104,9 +114,13 @@ def _resp_pass(C, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select,
                 if floor > tau:
                     tau = floor
             n = 0
+            cu = cmax[u]
             for a in range(n_sel):
                 k = sel[a]
-                v = C[u, k] + P[k]
+                pk = P[k]
+                if cu + pk < tau:
+                    break  # sel is sorted by P: no later candidate can reach tau
+                v = C[u, k] + pk
                 if v >= tau:
                     vals[n] = v
                     idxbuf[n] = k
@@ -120,30 +134,30 @@ def _resp_pass(C, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select,
             for l in range(m):
                 k = idxbuf[l]
                 top_idx[j, l] = k
-                w[l] = vals[l]
                 if C[u, k] > cmx:
                     cmx = C[u, k]
             for l in range(m):
                 top_e[j, l] = math.exp(C[u, idxbuf[l]] - cmx)
             top_n[j] = m
-        else:
-            m = top_n[j]
-            z = 0.0
+        # r_ul = exp(C_uk + P_k) / z = top_e * eP / z': the winners' exps are shared with the
+        # re-weighting iterations (one exp per winner per selection, none in between).
+        m = top_n[j]
+        z = 0.0
+        for l in range(m):
+            q = top_e[j, l] * eP[top_idx[j, l]]
+            top_r[j, l] = q
+            z += q
+        if z > 0.0:
+            inv = 1.0 / z
+            c = cnt[j]
             for l in range(m):
-                q = top_e[j, l] * eP[top_idx[j, l]]
-                top_r[j, l] = q
-                z += q
-            if z > 0.0:
-                inv = 1.0 / z
-                c = cnt[j]
-                for l in range(m):
-                    r = top_r[j, l] * inv
-                    top_r[j, l] = r
-                    N[top_idx[j, l]] += c * r
-                continue
-            for l in range(m):  # underflow: fall back to the log domain
-                k = top_idx[j, l]
-                w[l] = C[u, k] + P[k]
+                r = top_r[j, l] * inv
+                top_r[j, l] = r
+                N[top_idx[j, l]] += c * r
+            continue
+        for l in range(m):  # underflow: fall back to the log domain
+            k = top_idx[j, l]
+            w[l] = C[u, k] + P[k]
         mx = w[0]
         for l in range(1, m):
             if w[l] > mx:
@@ -170,11 +184,13 @@ def _resp_pass(C, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select,
 
 @njit(cache=True, nogil=True)
 def _word_top(C, L):
-    """Cold-start top-L per batch word: with a uniform document prior W_duk = C_uk depends on u only."""
+    """Cold-start top-L per batch word: with a uniform document prior W_duk = C_uk depends on u only.
+    Also returns max_k C_uk per word."""
     U = C.shape[0]
     K = C.shape[1]
     idx = np.empty((U, L), dtype=np.int32)
     val = np.empty((U, L))
+    cmax = np.empty(U)
     vals = np.empty(K)
     buf = np.empty(K, dtype=np.int32)
     for u in range(U):
@@ -186,10 +202,11 @@ def _word_top(C, L):
         for l in range(1, L):
             if vals[l] > mx:
                 mx = vals[l]
+        cmax[u] = mx  # max_k C_uk: bounds every weight C_uk + P_k of this word (selection cut-off)
         for l in range(L):
             idx[u, l] = buf[l]
             val[u, l] = math.exp(vals[l] - mx)  # unnormalised cold-start responsibility
-    return idx, val
+    return idx, val, cmax
 
 
 @njit(cache=True, nogil=True)
@@ -315,7 +332,7 @@ def _sup_weights(nd, N, sel, n_sel, E, V, rho, kappa, G, mbar):
 
 
 @njit(cache=True, nogil=True)
-def _iterate(C, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
+def _iterate(C, cmax, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
              top_idx, top_r, top_e, top_n, vals, idxbuf, w, proposal=False):
     """Block coordinate ascent between r_d and theta_d (Alg. 2); returns (n_sel, iterations).
 
@@ -337,7 +354,7 @@ def _iterate(C, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, fi
             select = 2 if it == first_iter else 0
         else:
             select = 1 if (it <= 5 or it % 10 == 0) else 0
-        n_sel, delta = _resp_pass(C, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
+        n_sel, delta = _resp_pass(C, cmax, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
                                   top_idx, top_r, top_e, top_n, vals, idxbuf, w)
         if delta < tol:
             break
@@ -345,7 +362,7 @@ def _iterate(C, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, fi
 
 
 @njit(cache=True, nogil=True)
-def _iterate_sup(C, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
+def _iterate_sup(C, cmax, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
                  top_idx, top_r, top_e, top_n, vals, idxbuf, w,
                  nd, E, V, yd, md, loss, c, ell, sup_eps, rho, kappa, G, mbar, tmp, tmpG, damp):
     """``_iterate`` with the label term: P_k = E[log pi_dk] + G_dk (docs/supervised.md §5.3).
@@ -379,7 +396,7 @@ def _iterate_sup(C, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel
         for a in range(n_sel):
             k = sel[a]
             eP[k] = math.exp(P[k] - pmx)
-        n_sel, delta = _resp_pass(C, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
+        n_sel, delta = _resp_pass(C, cmax, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
                                   top_idx, top_r, top_e, top_n, vals, idxbuf, w)
         if delta < tol:
             break
@@ -453,7 +470,7 @@ def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restar
     Nold = np.zeros(K)
     sel = np.empty(K, dtype=np.int32)
     in_sel = np.zeros(K, dtype=np.uint8)
-    init_idx, init_val = _word_top(C, Lc)
+    init_idx, init_val, cmax = _word_top(C, Lc)
     vals = np.empty(K)
     idxbuf = np.empty(K, dtype=np.int32)
     w = np.empty(Lc)
@@ -495,12 +512,12 @@ def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restar
             nd = 0.0
             for j in range(s, e):
                 nd += cnt[j]
-            n_sel, it = _iterate_sup(C, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter,
+            n_sel, it = _iterate_sup(C, cmax, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter,
                                      tol, eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w,
                                      nd, E, V, Y[d], M[d], loss, c, ell, sup_eps, sup_rho[d], sup_kappa[d], G, mbar,
                                      tmp, tmpG, sup_damp)
         else:
-            n_sel, it = _iterate(C, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter, tol,
+            n_sel, it = _iterate(C, cmax, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter, tol,
                                  eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w)
         iters[d] = it
         dt, et, at = _doc_terms(C, loc, cnt, s, e, alpha, K, N, sel, n_sel, top_idx, top_r, top_n)
@@ -538,7 +555,7 @@ def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restar
                     bk_N[sel[a]] = N[sel[a]]
                 # Proposal: all of topic j's mass forced to zero, then a few iterations forward.
                 N[j] = 0.0
-                n_sel2, _ = _iterate(C, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1,
+                n_sel2, _ = _iterate(C, cmax, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1,
                                      restart_iters, tol, eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w, True)
                 if abs(N[j] - bk_N[j]) < 1e-5:
                     d2 = e2 = a2 = -np.inf  # the topic grew straight back: same optimum, skip the objective
