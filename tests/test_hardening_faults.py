@@ -7,6 +7,8 @@ directory cannot be made with chmod) or by a tokenizer-level poison word.
 """
 from __future__ import annotations
 
+import time
+
 import msgpack
 import pytest
 from kafka import KafkaAdminClient
@@ -77,7 +79,9 @@ def test_broker_restart_daemon_reconnects_rereads_the_new_log_and_loses_nothing(
             # silently skip the first 100 of the new log.
             new = _docs(150, 100)
             _produce(b.bootstrap, "docs", [msgpack.packb(x) for x in new])
-            _wait(lambda: d.status()["documents"] == 250, 60, "documents after the broker came back")
+            _wait(lambda: d.status()["documents"] >= 250, 60, "documents after the broker came back")
+            time.sleep(0.5)  # a document learned twice would show here
+            assert d.status()["documents"] == 250, d.status()
             _wait(lambda: _get(url + "/readyz")[0] == 200, 40, "ready")
             s = _samples(url)
             assert s[("streamtopics_partition_resets_total", ())] >= 1

@@ -144,9 +144,11 @@ class BatchingConsumer:
         self._factory = factory
         self._consumer: Any = None
         self._parts: dict[TopicPartition, _Partition] = {}
+        self._resume: dict[TopicPartition, int] = {}  # revoked partitions: first offset not handed out
         self._lock = threading.RLock()  # listener callbacks run on kafka-python's IO thread
         self._failures = 0
         self.recreated = 0
+        self.rejoins_forced = 0  # lost group joins re-run (see _heal_lost_join)
         self.resets = 0  # partition logs found recreated behind our offsets
         self.last_error: str | None = None
         self._seen_data = False
@@ -170,6 +172,28 @@ class BatchingConsumer:
         with self._lock:
             self._parts.clear()
 
+    def _heal_lost_join(self) -> None:
+        """Re-run a group join whose result kafka-python 3.0 dropped.
+
+        When a rebalance is triggered by a partition-count change, the leader's own assignment
+        makes ``need_rejoin()`` false while the JoinGroup/SyncGroup task is still in flight;
+        if ``poll()`` returned early meanwhile (short timeouts, as here), the next poll no
+        longer awaits the finished task, the assignment is never applied and the consumer
+        owns no partition for good (seen with tansu after a restart; upstream is chasing the
+        same symptom, dpkp/kafka-python#2855). That state - a finished join task nobody
+        collected and no rejoin pending - is asked to rejoin, which completes normally.
+        """
+        coord = getattr(self._consumer, "_coordinator", None)
+        task = getattr(coord, "_join_task", None)
+        try:
+            lost = task is not None and task.is_done and not coord.need_rejoin()
+        except Exception:  # noqa: BLE001 - kafka-python internals changed: nothing to heal
+            return
+        if lost:
+            log.warning("consumer group join finished but its assignment was never applied; rejoining")
+            self.rejoins_forced += 1
+            coord.request_rejoin()
+
     def _recreate(self, why: str) -> None:
         log.warning("recreating Kafka consumer", extra={"reason": why})
         self.recreated += 1
@@ -189,6 +213,12 @@ class BatchingConsumer:
                     off = self._start_offset(tp)
                 except Exception as exc:  # noqa: BLE001 - never break the group protocol
                     log.exception("start_offset failed", extra={"partition": tp.partition, "error": repr(exc)})
+                resume = self._resume.pop(tp, None)
+                if off is None and resume is not None:
+                    # The owner has no offset for it, but we held it before: kafka-python keeps
+                    # its fetch position for a partition assigned again, which is past the
+                    # records we buffered and dropped at the revocation - go back to them.
+                    off = resume
                 if off is not None:
                     self._consumer.seek(tp, int(off))
                     st.expected = int(off)
@@ -201,7 +231,12 @@ class BatchingConsumer:
         tps = sorted(revoked)
         with self._lock:
             for tp in tps:
-                self._parts.pop(tp, None)
+                st = self._parts.pop(tp, None)
+                if st is not None:
+                    # First offset not handed out yet (buffered records are dropped here).
+                    first = st.buffer[0].record.offset if st.buffer else st.expected
+                    if first is not None:
+                        self._resume[tp] = int(first)
                 log.info("partition lost" if lost else "partition revoked",
                          extra={"topic": tp.topic, "partition": tp.partition})
         self._on_revoked_cb(tps)
@@ -313,6 +348,7 @@ class BatchingConsumer:
                 except Exception as exc2:  # noqa: BLE001
                     log.error("could not recreate the consumer", extra={"error": repr(exc2)})
             return
+        self._heal_lost_join()
         now = time.monotonic()
         with self._lock:
             for tp, recs in records.items():
