@@ -259,6 +259,10 @@ class _Decoded:
     docs: list[Document]
     dead: list[DeadLetter]
     index: list[int | None]  # element index of each document inside an array message
+    # Raw texts tokenized at decode time (None: a token-list document, or not done), and the
+    # tokenizer that made them: used only while it is still the model's tokenizer.
+    tokens: list | None = None
+    tokenizer: Any = None
 
 
 def _tp_key(topic: str, partition: int) -> str:
@@ -314,6 +318,7 @@ class Daemon:
         # the publisher thread does its GIL-bound encoding and sending only then (PublishPipeline).
         self._gil_free = threading.Event()
         self._gil_free.set()
+        self._reader: threading.Thread | None = None  # read-ahead: decodes + tokenizes in kernel time
         self._batches_since_snapshot = 0
         self._last_snapshot_mono = time.monotonic()
         self._snapshot_retry_at = 0.0
@@ -497,6 +502,10 @@ class Daemon:
                     on_assigned=self._on_assigned, on_revoked=self._on_revoked, on_reset=self._on_reset,
                     on_wait=self._gil_free.set)
                 self.consumer.start()
+                if self._reader is None:
+                    self._reader = threading.Thread(target=self._read_ahead, name="streamtopics-read-ahead",
+                                                    daemon=True)
+                    self._reader.start()
                 log.info("connected to Kafka", extra={"bootstrap": cfg.kafka.bootstrap_servers,
                                                       "input": cfg.topics.input, "group": cfg.kafka.group_id})
                 return
@@ -589,7 +598,35 @@ class Daemon:
         if docs and _is_array(record.value):  # element positions, skipping the bad elements
             bad = {d.index for d in dead}
             index = [i for i in range(len(docs) + len(dead)) if i not in bad]
-        return _Decoded(docs, dead, index), len(docs)
+        tokenizer = self.model.tokenizer if self.model is not None else None
+        tokens = None
+        if tokenizer is not None and docs:
+            try:  # a tokenizer failure is handled where the batch is learned (model_error)
+                tokens = [tokenizer(d.text) if d.text is not None else None for d in docs]
+            except Exception:  # noqa: BLE001
+                tokens = None
+        return _Decoded(docs, dead, index, tokens, tokenizer), len(docs)
+
+    def _read_ahead(self) -> None:
+        """Decode and tokenize buffered records while the batch loop is GIL-free.
+
+        Tokenizing and decoding are GIL-bound Python on the batch loop's critical path; done
+        here, during the loop's numba kernels (``_gil_free`` set), they overlap with them
+        instead. Cached on the consumer's buffered records; batches, offsets and learning are
+        untouched, and anything not done ahead is done by the loop as before.
+        """
+        while not self._stop.is_set():
+            c = self.consumer
+            if c is None or not self._gil_free.wait(0.5):
+                continue
+            try:
+                n = c.decode_ahead()
+            except Exception as exc:  # noqa: BLE001 - never let the helper die silently
+                log.warning("read-ahead failed", extra={"error": repr(exc)})
+                n = 0
+            if not n:
+                c.undecoded.clear()
+                c.undecoded.wait(0.5)
 
     def _start_offset(self, tp: TopicPartition) -> int | None:
         key = _tp_key(tp.topic, tp.partition)
@@ -700,8 +737,11 @@ class Daemon:
         docs: list[Document] = []
         srcs: list[tuple[Any, int | None]] = []
         dead: list[DeadLetter] = []
+        pre: list = []  # tokens made at decode time, None where not
         for rec, dec in zip(rb.records, rb.decoded):
             dead.extend(dec.dead)
+            fresh = dec.tokens is not None and dec.tokenizer is model.tokenizer
+            pre.extend(dec.tokens if fresh else [None] * len(dec.docs))
             for doc, idx in zip(dec.docs, dec.index):
                 docs.append(doc)
                 srcs.append((rec, idx))
@@ -715,7 +755,7 @@ class Daemon:
         version = model.version  # the model that predicts (before learning this batch)
         try:
             keep, empty, theta, n_tokens, sup = self._model_step(model, texts, list(range(len(docs))),
-                                                                 batch_key, stages, targets)
+                                                                 batch_key, stages, targets, pre)
         except Exception as exc:  # noqa: BLE001 - any failure of the model on this input
             keep, empty, theta, n_tokens, sup = self._model_failure(model, texts, batch_key, stages, exc, version,
                                                                     docs, srcs, dead, targets)
@@ -763,9 +803,10 @@ class Daemon:
                 "complete": rb.complete})
 
     def _model_step(self, model: TopicModel, texts: list, idx: list[int], batch_key: str,
-                    stages: dict[str, float], targets: list | None = None
+                    stages: dict[str, float], targets: list | None = None, pre: list | None = None
                     ) -> tuple[list[int], list[int], np.ndarray | None, int, tuple | None]:
-        """Tokenize ``texts`` (positions ``idx`` of the batch), predict and learn.
+        """Tokenize ``texts`` (positions ``idx`` of the batch; ``pre``: tokens already made for
+        them at decode time, None where not), predict and learn.
 
         Returns (kept positions, positions left without tokens, theta of the kept ones, tokens,
         (scores, predictions) of the kept ones or None when the model is not supervised yet).
@@ -773,7 +814,14 @@ class Daemon:
         """
         t0 = time.perf_counter()
         self._gil_free.clear()
-        tokens = model.tokenize(texts) if texts else []
+        if pre is None:
+            tokens = model.tokenize(texts) if texts else []
+        else:
+            tokens = list(pre)
+            todo = [j for j, t in enumerate(pre) if t is None]
+            if todo:
+                for j, t in zip(todo, model.tokenize([texts[j] for j in todo])):
+                    tokens[j] = t
         faults.hit("tokenized")
         keep = [idx[j] for j, t in enumerate(tokens) if t]
         empty = [idx[j] for j, t in enumerate(tokens) if not t]

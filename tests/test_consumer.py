@@ -2,6 +2,7 @@
 ``on_wait`` hook the daemon uses to let its publisher thread run while it is idle."""
 from __future__ import annotations
 
+import time
 import uuid
 
 import msgpack
@@ -69,5 +70,51 @@ def test_records_dropped_at_revocation_are_read_again_when_the_partition_comes_b
             if len(got) >= 20:
                 break
         assert got == list(range(10, 30))
+    finally:
+        c.close()
+
+
+def test_decode_ahead_decodes_the_next_batches_once_and_batches_stay_the_same(broker, fresh_topic):
+    """Read-ahead (another thread decodes buffered records while the loop runs kernels):
+    records within the next two batches are decoded once, batches are cut exactly as without
+    it, and a record is never decoded again when its batch is handed out."""
+    topic = fresh_topic()
+    _produce(broker.bootstrap, topic, [msgpack.packb(i) for i in range(50)])
+    calls: list[int] = []
+
+    def decode(r):
+        calls.append(r.offset)
+        return msgpack.unpackb(r.value), 1
+
+    c = BatchingConsumer(
+        {"bootstrap_servers": broker.bootstrap, "group_id": f"g-{uuid.uuid4().hex[:8]}",
+         "session_timeout_ms": 2000, "heartbeat_interval_ms": 500, "auto_offset_reset": "earliest",
+         "enable_auto_commit": False, "fetch_max_wait_ms": 50},
+        topic, max_docs=10, max_wait_ms=60000, decode=decode)
+    try:
+        first = None
+        for _ in range(200):
+            first = c.next_batch(0.1)
+            if first is not None:
+                break
+        assert first is not None and first.decoded == list(range(10))
+        for _ in range(100):  # the rest of the 50 records buffered
+            if c.buffered() >= 40:
+                break
+            c.prefetch()
+            time.sleep(0.05)
+        assert c.buffered() == 40
+        assert c.undecoded.is_set()
+        n_before = len(calls)
+        assert c.decode_ahead(max_records=15) == 15
+        assert c.decode_ahead(max_records=15) == 5   # window: the next 2 batches = 20 records
+        assert c.decode_ahead() == 0
+        assert sorted(calls[n_before:]) == list(range(10, 30))
+        got = []
+        for _ in range(4):
+            b = c.next_batch(0.1)
+            got.append(b.decoded)
+        assert got == [list(range(10 * i, 10 * i + 10)) for i in range(1, 5)]
+        assert sorted(calls) == list(range(50))  # every record decoded exactly once
     finally:
         c.close()

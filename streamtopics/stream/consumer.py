@@ -55,6 +55,7 @@ class _Entry:
     decoded: Any = None
     n_docs: int = -1
     decode_s: float = 0.0
+    claimed: bool = False  # being decoded ahead on another thread
 
 
 @dataclass
@@ -149,6 +150,7 @@ class BatchingConsumer:
         self._failures = 0
         self.recreated = 0
         self.rejoins_forced = 0  # lost group joins re-run (see _heal_lost_join)
+        self.undecoded = threading.Event()  # set when records arrive: work for decode_ahead
         self.resets = 0  # partition logs found recreated behind our offsets
         self.last_error: str | None = None
         self._seen_data = False
@@ -368,6 +370,7 @@ class BatchingConsumer:
                     st.buffer.append(_Entry(r, now))
                     st.expected = r.offset + 1
                     self._seen_data = True
+                    self.undecoded.set()
             self._check_highwater(records)
             self._pause_resume()
 
@@ -437,6 +440,39 @@ class BatchingConsumer:
         return RecordBatch(tp.topic, tp.partition, [e.record for e in entries], [e.decoded for e in entries],
                            complete=bool(complete), decode_seconds=sum(e.decode_s for e in entries),
                            waited_seconds=now - head)
+
+    def decode_ahead(self, max_records: int = 32) -> int:
+        """Decode up to ``max_records`` buffered records that are not decoded yet; returns how many.
+
+        Meant for another thread while the owner's thread runs GIL-free kernels: decoding is
+        GIL-bound Python that otherwise sits on the batch loop's critical path. Only records
+        within the next two batches of each partition are taken (bounded extra memory), and
+        nothing else changes: batches are cut, handed out and committed by the owner's thread
+        exactly as before. A record the owner's thread reaches first is decoded there too;
+        ``decode`` is a pure function of the record, so either result is the same.
+        """
+        window = 2 * self.max_docs
+        todo: list[_Entry] = []
+        with self._lock:
+            for st in self._parts.values():
+                for i, e in enumerate(st.buffer):
+                    if i >= window or len(todo) >= max_records:
+                        break
+                    if e.n_docs < 0 and not e.claimed:
+                        e.claimed = True
+                        todo.append(e)
+        for e in todo:
+            t0 = time.perf_counter()
+            try:
+                decoded, n = self._decode(e.record)
+            except Exception:  # noqa: BLE001 - left to the owner's thread, which reports it
+                e.claimed = False
+                continue
+            dt = time.perf_counter() - t0
+            with self._lock:
+                if e.n_docs < 0:
+                    e.decoded, e.n_docs, e.decode_s = decoded, n, dt
+        return len(todo)
 
     def _scan(self, st: _Partition) -> tuple[int, bool]:
         """How many head records form the next batch, and whether the size rule closed it."""
