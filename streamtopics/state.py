@@ -23,14 +23,18 @@ _RESCALE_BELOW = 1e-60
 
 
 @njit(cache=True, nogil=True)
-def _expected_log_phi(mu, scale, beta, rows, psi_tot):
+def _expected_log_phi(mu, scale, beta, rows, psi_tot, common):
+    # Entries no batch summary has touched still hold the initial pseudo-count ``common``
+    # (most of a rare word's K entries): their digamma is computed once, exactly the same.
     U = rows.shape[0]
     K = mu.shape[1]
     out = np.empty((U, K))
+    psi_common = digamma(beta + scale * common)
     for u in range(U):
         v = rows[u]
         for k in range(K):
-            out[u, k] = digamma(beta + scale * mu[v, k]) - psi_tot[k]
+            m = mu[v, k]
+            out[u, k] = (psi_common if m == common else digamma(beta + scale * m)) - psi_tot[k]
     return out
 
 
@@ -103,7 +107,8 @@ class ModelState:
     def expected_log_phi(self, rows: np.ndarray) -> np.ndarray:
         """E[log phi_kv] = psi(lambda_kv) - psi(sum_v lambda_kv) for the given word ids, shape (U, K)."""
         psi_tot = _psi_vec(self.lam_totals())
-        return _expected_log_phi(self.mu, self.scale, self.beta, np.asarray(rows, dtype=np.int64), psi_tot)
+        return _expected_log_phi(self.mu, self.scale, self.beta, np.asarray(rows, dtype=np.int64), psi_tot,
+                                 self.smoothing)
 
     def topic_word(self) -> np.ndarray:
         """Posterior mean E[phi] as (K, V); rows sum to one."""
