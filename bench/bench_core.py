@@ -163,9 +163,10 @@ def section_peers(args, order: str = "shuffled") -> dict:
     res["rounds"] = [{"gensim_tok_s": r["gensim"]["tokens_per_s"], "streamtopics_tok_s": r["streamtopics"]["tokens_per_s"],
                       "ratio": r["ratio"]} for r in rounds]
     best_peer = max(r["heldout"] for k, r in res.items() if k not in ("streamtopics", "rounds"))
+    ratios = ", ".join(f"{r['ratio']:.2f}" for r in rounds)
     print(f"  => streamtopics held-out {st['heldout'] - best_peer:+.4f} nats/token vs best peer; "
           f"speed {mid['ratio']:.2f}x gensim (median of {len(rounds)} paired rounds: "
-          f"{', '.join(f'{r['ratio']:.2f}' for r in rounds)}), "
+          f"{ratios}), "
           f"{st['tokens_per_s'] / res['sklearn']['tokens_per_s']:.2f}x scikit-learn")
     return res
 
