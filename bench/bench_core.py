@@ -158,7 +158,7 @@ def section_peers(args, order: str = "shuffled") -> dict:
         print(_row(f"gensim LdaModel (decay 0.7, offset 10) [{i + 1}]", g), flush=True)
         print(_row(f"streamtopics lsparse L=8 stochastic [{i + 1}]", st, g), flush=True)
     mid = sorted(rounds, key=lambda r: r["ratio"])[len(rounds) // 2]
-    res["gensim (decay 0.7, offset 10)"] = ref = mid["gensim"]
+    res["gensim (decay 0.7, offset 10)"] = mid["gensim"]
     res["streamtopics"] = st = mid["streamtopics"]
     res["rounds"] = [{"gensim_tok_s": r["gensim"]["tokens_per_s"], "streamtopics_tok_s": r["streamtopics"]["tokens_per_s"],
                       "ratio": r["ratio"]} for r in rounds]
