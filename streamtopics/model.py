@@ -62,11 +62,12 @@ class TopicModel:
     min_word_len, max_word_len, stopwords : tokenizer for raw-text documents.
     init : ``"kmeans++"`` seeds topics from K diverse documents of the first batch (as the
         paper does), ``"random"`` from random documents.
-    burn_in, sample_sweeps, mh_steps, proposal, table_draws, alpha_proposal : alias engine (see
-        ``engines.alias.AliasEngine``): sweeps per minibatch before / while statistics are
+    burn_in, sample_sweeps, mh_steps, proposal, table_draws, alpha_proposal, tries : alias engine
+        (see ``engines.alias.AliasEngine``): sweeps per minibatch before / while statistics are
         averaged, MH steps per token, "cycle" or "mixture" of the word and doc proposals,
-        samples drawn per alias table before it is rebuilt (None: K), and whether the doc
-        proposal's alpha part is drawn from the word's table ("word") or uniformly.
+        samples drawn per alias table before it is rebuilt (None: max(K, 256)), whether the
+        doc proposal's alpha part is drawn from the word's table ("word") or uniformly, and
+        candidates per MH step (multiple-try; None: 2 for K >= 256, else 1).
     supervision : None (plain LDA) or ``"hinge"`` (max-margin, Gibbs MedLDA), ``"logistic"``
         (Polya-Gamma) or ``"regression"`` (eps-insensitive); ``partial_fit(docs, labels=...)``
         then learns topics that predict the labels (docs/supervised.md).
@@ -96,6 +97,7 @@ class TopicModel:
                  min_word_len: int = 2, max_word_len: int = 30, stopwords="english", init: str = "kmeans++",
                  init_smoothing: float = 1.0, burn_in: int = 4, sample_sweeps: int = 4, mh_steps: int = 2,
                  proposal: str = "cycle", table_draws: int | None = None, alpha_proposal: str = "word",
+                 tries: int | None = None,
                  supervision: str | None = None, sup_c: float | None = None, sup_ell: float | None = None,
                  sup_epsilon: float | None = None, sup_prior_var: float = 1.0, sup_decay: float = 1.0,
                  sup_sweeps: int = 10, sup_burn_in: int | None = None, sup_pg_method: str = "exact",
@@ -132,6 +134,7 @@ class TopicModel:
         self.proposal = proposal
         self.table_draws = table_draws
         self.alpha_proposal = alpha_proposal
+        self.tries = tries
         self.supervision = supervision
         self.sup_c = sup_c
         self.sup_ell = sup_ell
@@ -151,8 +154,8 @@ class TopicModel:
                "rho_min", "corpus_size", "memo_window", "max_iter", "tol", "active_eps", "restarts",
                "restart_trials", "restart_iters", "vocab_cap", "vocab_policy", "vocab_decay", "min_word_len",
                "max_word_len", "stopwords", "init", "init_smoothing", "burn_in", "sample_sweeps", "mh_steps",
-               "proposal", "table_draws", "alpha_proposal", "supervision", "sup_c", "sup_ell", "sup_epsilon",
-               "sup_prior_var", "sup_decay", "sup_sweeps", "sup_burn_in", "sup_pg_method", "sup_max_labels",
+               "proposal", "table_draws", "alpha_proposal", "tries", "supervision", "sup_c", "sup_ell",
+               "sup_epsilon", "sup_prior_var", "sup_decay", "sup_sweeps", "sup_burn_in", "sup_pg_method", "sup_max_labels",
                "sup_features", "sup_local")
 
     def get_params(self) -> dict:
@@ -206,6 +209,9 @@ class TopicModel:
              f"table_draws must be None or an integer >= 1 (got {self.table_draws!r})")
         need(self.alpha_proposal in ALPHA_PROPOSALS,
              f"alpha_proposal must be one of {ALPHA_PROPOSALS} (got {self.alpha_proposal!r})")
+        need(self.tries is None or (isinstance(self.tries, (int, np.integer)) and not isinstance(self.tries, bool)
+                                    and self.tries >= 1),
+             f"tries must be None or an integer >= 1 (got {self.tries!r})")
         need(self.supervision is None or self.supervision in SUP_LOSSES,
              f"supervision must be None or one of {tuple(SUP_LOSSES)} (got {self.supervision!r})")
         for name in ("sup_c", "sup_ell", "sup_epsilon"):
@@ -244,7 +250,8 @@ class TopicModel:
             self.local_step = AliasEngine(
                 burn_in=int(self.burn_in), sample_sweeps=int(self.sample_sweeps), mh_steps=int(self.mh_steps),
                 proposal=self.proposal, table_draws=None if self.table_draws is None else int(self.table_draws),
-                alpha_proposal=self.alpha_proposal, seed_source=lambda: int(self.rng.integers(1 << 62)))
+                alpha_proposal=self.alpha_proposal, tries=None if self.tries is None else int(self.tries),
+                seed_source=lambda: int(self.rng.integers(1 << 62)))
         else:
             self.local_step = LSparseEngine(
                 sparsity=int(self.sparsity), max_iter=int(self.max_iter), tol=float(self.tol),

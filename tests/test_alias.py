@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from streamtopics.batch import batch_from_arrays  # noqa: E402
 from streamtopics.engines.alias import SamplerArrays, alias_sample, batch_tokens  # noqa: E402
+from streamtopics.engines.word_rows import M_PTR, M_VER, M_ZT  # noqa: E402
 from streamtopics.engines.gibbs_ref import gibbs_fit, topic_word_from_counts  # noqa: E402
 from streamtopics.evaluate import heldout_loglik_arrays  # noqa: E402
 from streamtopics.model import TopicModel, load_snapshot  # noqa: E402
@@ -98,7 +99,7 @@ def test_alias_table_reproduces_its_distribution(kind):
 
 
 # -- exactness of the MH correction --------------------------------------------------------
-def _stale_single_token(mixture: bool, word_prior: bool, T: int = 3_000_000, S: int = 200_000):
+def _stale_single_token(mixture: bool, word_prior: bool, tries: int, T: int = 3_000_000, S: int = 200_000):
     """One token in a streaming batch: target p(k) ∝ alpha * G_wk / G_k, exactly.
 
     The word table is replaced by a deliberately wrong ("stale") distribution that the
@@ -110,27 +111,30 @@ def _stale_single_token(mixture: bool, word_prior: bool, T: int = 3_000_000, S: 
     target = G[0] / Gk
     target /= target.sum()
     stale = np.array([0.3, 0.05, 0.25, 0.1, 0.1, 0.2])  # nothing like the target
-    arr = SamplerArrays.allocate(1, 1, K, T)
-    arr.qt[0, :, 2] = stale.astype(np.float32)
-    arr.zt[0] = float(stale.astype(np.float32).astype(np.float64).sum())
-    arr.samples[0] = alias_sample(stale.astype(np.float32).astype(np.float64), T, seed=3)
-    arr.ptr[0] = 0
-    arr.ver[0] = 1
+    arr = SamplerArrays(1, 1, K, T)  # one dense row
+    ent = arr.ent.reshape(K, 4)
+    meta = arr.meta.reshape(-1, 8)
+    arr.entf.reshape(K, 4)[:, 3] = stale.astype(np.float32)  # the table's weights A~
+    arr.metaf.reshape(-1, 8)[0, M_ZT] = float(stale.astype(np.float32).astype(np.float64).sum())
+    arr.samples[:] = alias_sample(stale.astype(np.float32).astype(np.float64), T, seed=3)
+    meta[0, M_PTR] = 0
+    meta[0, M_VER] = 1
     arr.tver[0] = 1
     arr.tb[0] = -1  # the token is not counted in the table
     arr.z[0] = 0
-    arr.nq[0, 0, 0] = 1
+    ent[0, 1] = 1
     arr.nk[0] = 1
     z_rec = np.zeros((S, 1), dtype=np.int32)
     st = arr.run(9, np.zeros(1, np.int32), np.array([0, 1]), Gk, G, True, 0.01, 0.1, S, 2, mixture, 0, 0, z_rec,
-                 word_prior=word_prior)
+                 word_prior=word_prior, tries=tries)
     assert st[4] == 0, "the stale table must not have been rebuilt"
     return z_rec[::4, 0], target  # thin: consecutive sweeps are (mildly) dependent
 
 
-@pytest.mark.parametrize("mixture,word_prior", [(False, True), (True, True), (False, False)])
-def test_mh_with_stale_proposal_reproduces_exact_conditional(mixture, word_prior):
-    z, target = _stale_single_token(mixture, word_prior)
+@pytest.mark.parametrize("mixture,word_prior,tries", [(False, True, 1), (True, True, 1), (False, False, 1),
+                                                     (False, True, 3), (True, False, 2)])
+def test_mh_with_stale_proposal_reproduces_exact_conditional(mixture, word_prior, tries):
+    z, target = _stale_single_token(mixture, word_prior, tries)
     counts = np.bincount(z, minlength=target.size)
     assert chi2_pvalue(counts, target) > 1e-3
     stale = np.array([0.3, 0.05, 0.25, 0.1, 0.1, 0.2])
@@ -141,44 +145,55 @@ DOCS = [[0, 1, 0], [1, 2]]
 KJ, VJ, AJ, BJ = 3, 3, 0.5, 0.3
 
 
-def _exact_joint():
+def _exact_joint(K: int = KJ):
     tok_w = np.array([w for d in DOCS for w in d], dtype=np.int32)
     tok_ptr = np.array([0, 3, 5], dtype=np.int64)
 
     def logp(z):
         lp = 0.0
         for s, e in zip(tok_ptr[:-1], tok_ptr[1:]):
-            nd = np.bincount(z[s:e], minlength=KJ)
+            nd = np.bincount(z[s:e], minlength=K)
             lp += sum(math.lgamma(x + AJ) for x in nd)
-        nkw = np.zeros((KJ, VJ))
+        nkw = np.zeros((K, VJ))
         np.add.at(nkw, (z, tok_w), 1)
         lp += sum(math.lgamma(x + BJ) for x in nkw.ravel()) - sum(math.lgamma(x + VJ * BJ) for x in nkw.sum(1))
         return lp
 
-    states = list(itertools.product(range(KJ), repeat=tok_w.size))
+    states = list(itertools.product(range(K), repeat=tok_w.size))
     lp = np.array([logp(np.array(s)) for s in states])
     p = np.exp(lp - lp.max())
     return tok_w, tok_ptr, p / p.sum()
 
 
-@pytest.mark.parametrize("table_draws,mixture,word_prior",
-                         [(2000, False, True), (3, False, True), (3, True, True), (3, False, False)])
-def test_whole_chain_reproduces_exact_joint_posterior(table_draws, mixture, word_prior):
-    """5 tokens, K=3: 243 joint states enumerated exactly.  Independent chains (one per seed)
-    each run 25 sweeps from a uniform start; their final states are i.i.d. draws.
+@pytest.mark.parametrize("K,rows,table_draws,mixture,word_prior,tries", [
+    (KJ, "dense", 2000, False, True, 1),
+    (KJ, "dense", 3, False, True, 1),
+    (KJ, "dense", 3, True, True, 2),
+    (KJ, "dense", 3, False, False, 1),
+    (6, "hash", 2000, False, True, 2),   # hash rows (cap 4 < K): inserts, deletions, stale entries
+    (6, "hash", 3, True, True, 3),       # ... and compactions while tables are rebuilt all the time
+    (5, "hash", 4, False, False, 2),
+])
+def test_whole_chain_reproduces_exact_joint_posterior(K, rows, table_draws, mixture, word_prior, tries):
+    """5 tokens enumerated exactly (K^5 joint states).  Independent chains (one per seed) each
+    run 25 sweeps from a uniform start; their final states are i.i.d. draws.
     table_draws=2000: every table is built once and then only goes stale (25 sweeps use
-    fewer draws); 3: rebuilt all the time, while other tokens of the same word use it."""
-    tok_w, tok_ptr, p = _exact_joint()
-    n_chains = 6000
+    fewer draws); 3: rebuilt all the time, while other tokens of the same word use it.
+    Batch mode throughout: the shared prior table (self-excluded at s) is in every proposal."""
+    tok_w, tok_ptr, p = _exact_joint(K)
+    n_chains = 6000 if K == KJ else 12000
     finals = np.empty(n_chains, dtype=np.int64)
-    weights = KJ ** np.arange(tok_w.size - 1, -1, -1)
+    weights = K ** np.arange(tok_w.size - 1, -1, -1)
+    freq = np.bincount(tok_w, minlength=VJ) if rows == "hash" else None
     for c in range(n_chains):
-        arr = SamplerArrays.allocate(VJ, tok_w.size, KJ, table_draws)
-        st = arr.run(1000 + c, tok_w, tok_ptr, np.full(KJ, VJ * BJ), np.zeros((1, 1)), False, BJ, AJ, 25, 2,
-                     mixture, 1, word_prior=word_prior)
-        if table_draws > 1000:
+        arr = SamplerArrays(VJ, tok_w.size, K, table_draws, freq)
+        st = arr.run(1000 + c, tok_w, tok_ptr, np.full(K, VJ * BJ), np.zeros((1, 1)), False, BJ, AJ, 25, 2,
+                     mixture, 1, word_prior=word_prior, tries=tries)
+        if table_draws > 1000 and rows == "dense":
             assert st[4] <= VJ  # built once per word, never rebuilt
         finals[c] = int(arr.z @ weights)
+    if rows == "hash":
+        assert (arr.meta.reshape(-1, 8)[:VJ, 1] < K).all()  # the rows really were hash rows
     counts = np.bincount(finals, minlength=p.size)
     # pool states of tiny expected count so the chi-square approximation holds
     order = np.argsort(p)
@@ -187,6 +202,26 @@ def test_whole_chain_reproduces_exact_joint_posterior(table_draws, mixture, word
     obs = np.append(np.delete(counts, small), counts[small].sum())
     exp = np.append(np.delete(p, small), p[small].sum())
     assert chi2_pvalue(obs, exp) > 1e-3
+
+
+def test_hash_rows_hold_the_same_counts_as_dense_rows():
+    """Random moves through the storage (inserts, deletions, compactions) keep n_wk and n_k exact."""
+    rng = np.random.default_rng(0)
+    K, U = 64, 40
+    freq = rng.integers(1, 12, size=U)
+    tok_w = np.repeat(np.arange(U, dtype=np.int32), freq)
+    rng.shuffle(tok_w)
+    tok_ptr = np.arange(0, tok_w.size + 1, 7, dtype=np.int64)
+    tok_ptr[-1] = tok_w.size
+    arr = SamplerArrays(U, tok_w.size, K, 8, freq)
+    assert (arr.meta.reshape(-1, 8)[:U, 1] < K).all()
+    st = arr.run(3, tok_w, tok_ptr, np.full(K, U * 0.01), np.zeros((1, 1)), False, 0.01, 0.1, 30, 2, False, 1,
+                 tries=2)
+    assert st[5] > 0  # tokens moved
+    dense = np.zeros((U, K), dtype=np.int64)
+    np.add.at(dense, (tok_w, arr.z), 1)
+    assert np.array_equal(arr.counts(), dense)
+    assert np.array_equal(arr.nk, dense.sum(axis=0))
 
 
 # -- model integration ---------------------------------------------------------------------

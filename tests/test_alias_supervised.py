@@ -33,22 +33,27 @@ TOK_W = np.array([w for d in DOCS for w in d], dtype=np.int32)
 TOK_PTR = np.array([0, 3, 5], dtype=np.int64)
 
 
-def _joint(sup_doc):
+ETA5 = np.array([[2.0, -1.5, 0.5, 1.0, -0.5], [-1.0, 1.0, 2.5, -2.0, 0.3]])  # K=5 (hash rows)
+
+
+def _joint(sup_doc, K=KJ):
     """p(z) ∝ LDA(z) prod_d psi_d(zbar_d), log psi_d = kappa_d^T omega_d - rho_d^T omega_d^2 / 2."""
+    eta = ETA if K == KJ else ETA5
+
     def logp(z):
         lp = 0.0
         for d, (s, e) in enumerate(zip(TOK_PTR[:-1], TOK_PTR[1:])):
-            nd = np.bincount(z[s:e], minlength=KJ)
+            nd = np.bincount(z[s:e], minlength=K)
             lp += sum(math.lgamma(x + AJ) for x in nd)
             if sup_doc[d]:
-                om = ETA @ (nd / (e - s))
+                om = eta @ (nd / (e - s))
                 lp += float(KAPPA[d] @ om - 0.5 * RHO[d] @ (om * om))
-        nkw = np.zeros((KJ, VJ))
+        nkw = np.zeros((K, VJ))
         np.add.at(nkw, (z, TOK_W), 1)
         lp += sum(math.lgamma(x + BJ) for x in nkw.ravel()) - sum(math.lgamma(x + VJ * BJ) for x in nkw.sum(1))
         return lp
 
-    lp = np.array([logp(np.array(s)) for s in itertools.product(range(KJ), repeat=TOK_W.size)])
+    lp = np.array([logp(np.array(s)) for s in itertools.product(range(K), repeat=TOK_W.size)])
     p = np.exp(lp - lp.max())
     return p / p.sum()
 
@@ -61,33 +66,35 @@ def _pooled_pvalue(counts, p, n):
     return chi2_pvalue(obs, exp)
 
 
-@pytest.mark.parametrize("table_draws,mixture,sup_doc", [
-    (2000, 0, (True, True)),   # word tables built once, then only stale; cycle word/doc/exp
-    (3, 0, (True, True)),      # tables rebuilt all the time
-    (3, 1, (True, True)),      # mixture of the three proposals
-    (3, 2, (True, True)),      # exp proposals only: the exp kernel alone keeps the target
-    (3, 1, (True, False)),     # an unlabelled document is sampled unsupervised
+@pytest.mark.parametrize("table_draws,mixture,sup_doc,K", [
+    (2000, 0, (True, True), KJ),   # word tables built once, then only stale; cycle word/doc/exp
+    (3, 0, (True, True), KJ),      # tables rebuilt all the time
+    (3, 1, (True, True), KJ),      # mixture of the three proposals
+    (3, 2, (True, True), KJ),      # exp proposals only: the exp kernel alone keeps the target
+    (3, 1, (True, False), KJ),     # an unlabelled document is sampled unsupervised
+    (4, 0, (True, True), 5),       # hash rows (cap 4 < K = 5) with the shared prior table
 ])
-def test_supervised_chain_reproduces_exact_regularised_joint(table_draws, mixture, sup_doc):
+def test_supervised_chain_reproduces_exact_regularised_joint(table_draws, mixture, sup_doc, K):
     """5 tokens, K=3: all 243 states enumerated.  6000 independent chains x 25 sweeps from a
     uniform start with a fixed (eta, rho, kappa); their final states are i.i.d. draws.  The
     exp proposal's table holds each token's own build-time topic and goes stale within a
     document (M - M~), the word tables are stale by construction (table_draws=2000)."""
     sup_doc = np.array(sup_doc)
-    p = _joint(sup_doc)
-    n_chains = 6000
-    weights = KJ ** np.arange(TOK_W.size - 1, -1, -1)
+    p = _joint(sup_doc, K)
+    n_chains = 6000 if K == KJ else 12000
+    weights = K ** np.arange(TOK_W.size - 1, -1, -1)
     finals = np.empty(n_chains, dtype=np.int64)
     n_exp = 0
+    freq = np.bincount(TOK_W, minlength=VJ) if K > 4 else None
     for c in range(n_chains):
-        arr = SamplerArrays.allocate(VJ, TOK_W.size, KJ, table_draws)
-        st = sup.run_sweeps(arr, 1000 + c, TOK_W, TOK_PTR, np.full(KJ, VJ * BJ), np.zeros((1, 1)), False, BJ, AJ,
-                            25, 2, mixture, 1, ETA, RHO, KAPPA, sup_doc, exp_gate=1e9)
+        arr = SamplerArrays(VJ, TOK_W.size, K, table_draws, freq)
+        st = sup.run_sweeps(arr, 1000 + c, TOK_W, TOK_PTR, np.full(K, VJ * BJ), np.zeros((1, 1)), False, BJ, AJ,
+                            25, 2, mixture, 1, ETA if K == KJ else ETA5, RHO, KAPPA, sup_doc, exp_gate=1e9)
         n_exp += st[sup._S_EXP_PROP]
         finals[c] = int(arr.z @ weights)
     counts = np.bincount(finals, minlength=p.size)
     assert _pooled_pvalue(counts, p, n_chains) > 1e-3
-    assert _pooled_pvalue(counts, _joint(np.zeros(2, bool)), n_chains) < 1e-6  # power: not plain LDA
+    assert _pooled_pvalue(counts, _joint(np.zeros(2, bool), K), n_chains) < 1e-6  # power: not plain LDA
     assert n_exp > 0
 
 

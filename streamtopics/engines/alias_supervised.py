@@ -52,8 +52,10 @@ import math
 import numpy as np
 from numba import njit
 
-from .alias import (_next, _prefetch, _rebuild, _refill, _self_factor, _S_CHANGED, _S_DOC_ACC,
-                    _S_DOC_PROP, _S_REBUILDS, _S_WORD_ACC, _S_WORD_PROP, alias_build)
+from .alias import _S_CHANGED, _S_DOC_ACC, _S_DOC_PROP, _S_REBUILDS, _S_WORD_ACC, _S_WORD_PROP
+from .walker import _next, _prefetch, _rng_state, alias_build
+from .word_rows import (_MAX_LOAD_DEN, _MAX_LOAD_NUM, M_CAP, M_OCC, M_OFF, M_PTR, M_SOFF, M_T, M_VER, M_ZT,
+                        _delete, _draw_table, _find, _find_or_insert, _rebuild, _slot, build_shared_prior)
 
 # extra statistics slots (after the unsupervised engine's six)
 _S_EXP_PROP, _S_EXP_ACC, _S_EXP_DOCS, _S_EXP_REJ = 6, 7, 8, 9
@@ -73,8 +75,8 @@ def _accept(rs, num, den, delta):
 
 
 @njit(cache=True, nogil=True)
-def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, zt, nk, Gk, G, dense_prior, beta, alpha, samples, ptr,
-                  ver, n_sweeps, mh_steps, mixture, word_prior, init, record_from, z_rec, doc_acc,
+def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, nk, Gk, G, dense_prior, beta,
+                  alpha, n_sweeps, mh_steps, mixture, word_prior, init, record_from, z_rec, doc_acc,
                   etaT, rho, kappa, sup_doc, exp_gate, use_exp):
     """``n_sweeps`` sweeps of supervised Alias-MH; arguments as ``alias.mh_sweeps`` plus
 
@@ -88,16 +90,23 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, zt, nk, Gk, G, dense_
     K = nk.shape[0]
     L = etaT.shape[1]
     D = tok_ptr.shape[0] - 1
-    U = ptr.shape[0]
-    T = samples.shape[0] // U if U > 0 else 1
     N = tok_w.shape[0]
     stats = np.zeros(N_STATS, dtype=np.int64)
     rk = np.empty(K)
     wbuf = np.empty(K)
+    widx = np.empty(K, dtype=np.int64)
     prob = np.empty(K)
     alias = np.empty(K, dtype=np.int32)
     small = np.empty(K, dtype=np.int32)
     large = np.empty(K, dtype=np.int32)
+    keys = np.empty(K, dtype=np.int64)
+    vals = np.empty(K, dtype=np.int64)
+    Bw = np.zeros(K)  # shared prior part of the word proposal (batch mode, word_rows docstring)
+    BR = np.ones(K)
+    Bprob = np.ones(K)
+    Balias = np.zeros(K, dtype=np.int32)
+    use_B = not dense_prior
+    B_tot = 0.0
     # exp-proposal table of the current document
     eprob = np.empty(K)
     ealias = np.empty(K, dtype=np.int32)
@@ -123,6 +132,7 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, zt, nk, Gk, G, dense_
     p_b = np.zeros(P)
     p_a = np.zeros(P)
     p_g = np.zeros(P)
+    p_q = np.zeros(P)
     Ka = K * alpha
     inv_alpha = 1.0 / alpha
     record_docs = doc_acc.shape[0] == D and D > 0
@@ -132,23 +142,23 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, zt, nk, Gk, G, dense_
     if init > 0:
         for i in range(N):
             u = tok_w[i]
+            mu = 8 * u
             if init == 1:
                 rs, x = _next(rs)
-                t = int(x * K)
-                if t >= K:
-                    t = K - 1
+                t = min(int(x * K), K - 1)
             else:
-                if ptr[u] >= T:
-                    rs = _rebuild(u, -1, K, nq, qt, zt, samples, ptr, ver, G, dense_prior, beta, nk, Gk, rk, wbuf,
-                                  prob, alias, small, large, rs)
+                if meta[mu + M_PTR] >= meta[mu + M_T]:
+                    rs = _rebuild(u, -1, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
+                                  widx, prob, alias, small, large, keys, vals, rs)
                     stats[_S_REBUILDS] += 1
-                t = np.int64(samples[u * T + ptr[u]])
-                ptr[u] += 1
+                t = np.int64(samples[meta[mu + M_SOFF] + meta[mu + M_PTR]])
+                meta[mu + M_PTR] += 1
             z[i] = t
-            nq[3 * (u * K + t)] += 1
+            e = _find_or_insert(ent, meta, u, meta[mu + M_OFF], meta[mu + M_CAP], K, t)
+            ent[4 * e + 1] += 1
             nk[t] += 1
             rk[t] = 1.0 / (Gk[t] + nk[t])
-            tver[i] = ver[u]
+            tver[i] = meta[mu + M_VER]
             tb[i] = -1
 
     n_wp = 0
@@ -159,6 +169,8 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, zt, nk, Gk, G, dense_
     n_ea = 0
     n_changed = 0
     for sweep in range(n_sweeps):
+        if use_B:
+            B_tot = build_shared_prior(Gk, nk, beta, Bw, BR, Bprob, Balias, small, large)
         for d in range(D):
             s0 = tok_ptr[d]
             e0 = tok_ptr[d + 1]
@@ -214,20 +226,22 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, zt, nk, Gk, G, dense_
                     for l in range(L):
                         Mt[l] = M[l]
             for i in range(s0, e0):
+                if i + 4 < N:
+                    _prefetch(meta, 8 * tok_w[i + 4])
                 if i + 2 < N:
-                    u2 = tok_w[i + 2]
-                    _prefetch(nq, 3 * (u2 * K + z[i + 2]))
-                    _prefetch(samples, u2 * T + min(ptr[u2], T - 1))
-                if i + 1 < N:
-                    u1 = tok_w[i + 1]
-                    p1 = ptr[u1]
-                    if p1 < T:
-                        _prefetch(nq, 3 * (u1 * K + samples[u1 * T + p1]))
+                    m2 = 8 * tok_w[i + 2]
+                    _prefetch(ent, 4 * (meta[m2 + M_OFF] + _slot(z[i + 2], meta[m2 + M_CAP], K)))
+                    _prefetch(samples, meta[m2 + M_SOFF] + min(meta[m2 + M_PTR], meta[m2 + M_T] - 1))
                 u = tok_w[i]
                 s = np.int64(z[i])
                 ub = u * K
-                if tver[i] != ver[u]:
-                    tver[i] = ver[u]
+                mu = 8 * u
+                base = meta[mu + M_OFF]
+                cu = meta[mu + M_CAP]
+                T_u = meta[mu + M_T]
+                lo = meta[mu + M_SOFF]
+                if tver[i] != meta[mu + M_VER]:
+                    tver[i] = meta[mu + M_VER]
                     tb[i] = s
                 # kinds of this token's proposals
                 n_word = 0
@@ -248,23 +262,36 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, zt, nk, Gk, G, dense_
                     elif kind == _DOC:
                         n_doc += 1
                 n_draw = n_word + n_doc if word_prior else n_word
+                # token i's word proposal q_i without its own contributions (word_rows docstring)
                 b = np.int64(-1)
                 fb = 1.0
-                z_i = 1.0
+                S_i = 0.0
+                Bx = 0.0
+                Z_i = 1.0
                 if n_draw > 0:
-                    if ptr[u] + n_draw > T:
-                        rs = _rebuild(u, s, K, nq, qt, zt, samples, ptr, ver, G, dense_prior, beta, nk, Gk, rk,
-                                      wbuf, prob, alias, small, large, rs)
+                    if meta[mu + M_PTR] + n_draw > T_u:
+                        rs = _rebuild(u, s, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
+                                      widx, prob, alias, small, large, keys, vals, rs)
                         stats[_S_REBUILDS] += 1
-                        tver[i] = ver[u]
+                        tver[i] = meta[mu + M_VER]
                         tb[i] = -1
                     b = np.int64(tb[i])
-                    z_i = zt[u]
+                    S_i = metaf[mu + M_ZT]
                     if b >= 0:
-                        eb = 3 * (ub + b)
-                        fb = _self_factor(qt[eb + 2], nq[eb + 1], G[ub + b] if dense_prior else beta)
-                        z_i -= qt[eb + 2] * (1.0 - fb)
-                ka_z = Ka / z_i
+                        eb = _find(ent, base, cu, K, b)
+                        A_b = np.float64(entf[4 * eb + 3])
+                        c_b = ent[4 * eb + 2]
+                        g_b = G[ub + b] if dense_prior else 0.0
+                        Ai_b = (c_b - 1 + g_b) / ((c_b + g_b) / A_b - 1.0)
+                        fb = Ai_b / A_b
+                        S_i -= A_b - Ai_b
+                        if S_i <= 1e-9 * metaf[mu + M_ZT]:
+                            S_i = 0.0
+                    if use_B:
+                        Bx = beta / (BR[s] * (BR[s] - 1.0))
+                    Z_i = S_i + B_tot + Bx
+                ka_z = Ka / Z_i
+                ptr = meta[mu + M_PTR]
                 # exp proposal of token i: the table without its own build-time topic (= s)
                 bs = 0.0
                 if exp_on:
@@ -303,21 +330,37 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, zt, nk, Gk, G, dense_
                             if t >= K:
                                 t = K - 1
                     if from_table:
-                        while True:
-                            if ptr[u] >= T:
-                                rs = _refill(u, K, qt, samples, ptr, wbuf, prob, alias, small, large, rs)
-                            t = np.int64(samples[u * T + ptr[u]])
-                            ptr[u] += 1
-                            if t != b:
-                                break
-                            rs, x = _next(rs)
-                            if x < fb:
-                                break
+                        # a draw from q_i: count part w.p. S_i / Z_i, else the shared prior part
+                        rs, x = _next(rs)
+                        x *= Z_i
+                        if x < S_i:
+                            while True:
+                                if ptr >= T_u:  # rejections ran past the buffer: same table, more draws
+                                    rs = _draw_table(u, K, ent, entf, meta, samples, wbuf, widx, prob, alias, small,
+                                                     large, rs)
+                                    ptr = 0
+                                t = np.int64(samples[lo + ptr])
+                                ptr += 1
+                                if t != b:
+                                    break
+                                rs, y = _next(rs)
+                                if y < fb:
+                                    break
+                        else:
+                            y = x - S_i
+                            if y < Bx:
+                                t = s
+                            else:
+                                y = (y - Bx) / B_tot * K
+                                bb = min(int(y), K - 1)
+                                t = np.int64(bb if y - bb < Bprob[bb] else Balias[bb])
                     p_t[p] = t
+                meta[mu + M_PTR] = ptr
                 # ¬i factors of s
-                es = 3 * (ub + s)
+                es = _find(ent, base, cu, K, s)
                 g_s = G[ub + s] if dense_prior else beta
-                b_s = (g_s + nq[es] - 1) / (Gk[s] + nk[s] - 1)
+                b_s = (g_s + ent[4 * es + 1] - 1) / (Gk[s] + nk[s] - 1)
+                q_s = np.float64(entf[4 * es + 3]) * (fb if s == b else 1.0) + Bw[s] + Bx  # q_i(s)
                 a_s = nd[s] - 1 + alpha
                 sg_s = 0.0
                 if sup:
@@ -334,8 +377,13 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, zt, nk, Gk, G, dense_
                         p_b[p] = b_s
                         p_a[p] = a_s
                         p_g[p] = sg_s
+                        p_q[p] = q_s
                     else:
-                        p_b[p] = ((G[ub + t] if dense_prior else beta) + nq[3 * (ub + t)]) * rk[t]
+                        e = _find(ent, base, cu, K, t)
+                        n_t = ent[4 * e + 1] if e >= 0 else 0
+                        A_t = np.float64(entf[4 * e + 3]) if e >= 0 else 0.0
+                        p_b[p] = ((G[ub + t] if dense_prior else beta) + n_t) * rk[t]
+                        p_q[p] = A_t * (fb if t == b else 1.0) + Bw[t]
                         p_a[p] = nd[t] + alpha
                         if sup:
                             acc = G1[t]
@@ -348,19 +396,19 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, zt, nk, Gk, G, dense_
                 b_cur = b_s
                 a_cur = a_s
                 g_cur = sg_s
+                q_c = q_s
                 for p in range(P):
                     t = p_t[p]
                     b_t = p_b[p]
                     a_t = p_a[p]
                     g_t = p_g[p]
+                    q_t = p_q[p]
                     kind = p_kind[p]
                     if kind == _WORD:
                         n_wp += 1
                         if t == cur:
                             n_wa += 1
                             continue
-                        q_t = qt[3 * (ub + t) + 2] * (fb if t == b else 1.0)
-                        q_c = qt[3 * (ub + cur) + 2] * (fb if cur == b else 1.0)
                         rs, ok = _accept(rs, a_t * b_t * q_c, a_cur * b_cur * q_t, g_t - g_cur)
                         if not ok:
                             continue
@@ -371,8 +419,8 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, zt, nk, Gk, G, dense_
                             n_da += 1
                             continue
                         if word_prior:
-                            qd_t = a_t - alpha + ka_z * qt[3 * (ub + t) + 2] * (fb if t == b else 1.0)
-                            qd_c = a_cur - alpha + ka_z * qt[3 * (ub + cur) + 2] * (fb if cur == b else 1.0)
+                            qd_t = a_t - alpha + ka_z * q_t
+                            qd_c = a_cur - alpha + ka_z * q_c
                             rs, ok = _accept(rs, a_t * b_t * qd_c, a_cur * b_cur * qd_t, g_t - g_cur)
                         else:
                             rs, ok = _accept(rs, b_t, b_cur, g_t - g_cur)
@@ -396,20 +444,30 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, nq, qt, zt, nk, Gk, G, dense_
                     b_cur = b_t
                     a_cur = a_t
                     g_cur = g_t
+                    q_c = q_t
                 if cur != s:
                     z[i] = cur
                     nd[s] -= 1
-                    nq[es] -= 1
+                    ent[4 * es + 1] -= 1
+                    if cu < K and ent[4 * es + 1] == 0 and ent[4 * es + 3] == 0:
+                        _delete(ent, meta, u, base, cu, es)
                     nk[s] -= 1
                     rk[s] = 1.0 / (Gk[s] + nk[s])
                     nd[cur] += 1
-                    nq[3 * (ub + cur)] += 1
+                    e = _find_or_insert(ent, meta, u, base, cu, K, cur)
+                    ent[4 * e + 1] += 1
                     nk[cur] += 1
                     rk[cur] = 1.0 / (Gk[cur] + nk[cur])
                     if sup:
                         for l in range(L):
                             M[l] += etaT[cur, l] - etaT[s, l]
                     n_changed += 1
+                    if cu < K and _MAX_LOAD_DEN * meta[mu + M_OCC] > _MAX_LOAD_NUM * cu:
+                        rs = _rebuild(u, -1, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
+                                      widx, prob, alias, small, large, keys, vals, rs)
+                        stats[_S_REBUILDS] += 1
+                        tver[i] = meta[mu + M_VER]
+                        tb[i] = cur
             if sweep >= record_from and record_docs:
                 for i in range(s0, e0):
                     doc_acc[d, z[i]] += 1.0
@@ -443,19 +501,16 @@ def run_sweeps(arr, seed, tok_w, tok_ptr, Gk, G, dense_prior, beta, alpha, n_swe
                exp_gate=EXP_GATE, use_exp=True) -> np.ndarray:
     """Host wrapper of :func:`sup_mh_sweeps` over a ``SamplerArrays`` (see ``alias.SamplerArrays.run``);
     ``mixture``: False/0 cycle, True/1 mixture, 2 exp proposals only."""
-    from .alias import _rng_state
-
     K = arr.nk.shape[0]
     etaT = np.ascontiguousarray(np.asarray(eta, dtype=np.float64).T)
     if etaT.shape[1] == 0:
         etaT = np.zeros((K, 1))
         rho = np.zeros((tok_ptr.shape[0] - 1, 1))
         kappa = rho
-    return sup_mh_sweeps(_rng_state(seed), tok_w, tok_ptr, arr.z, arr.tver, arr.tb, arr.nq.reshape(-1),
-                         arr.qt.reshape(-1), arr.zt, arr.nk, Gk, np.ascontiguousarray(G).reshape(-1),
-                         bool(dense_prior), float(beta), float(alpha), arr.samples.reshape(-1), arr.ptr, arr.ver,
-                         int(n_sweeps), int(mh_steps), int(mixture), bool(word_prior), int(init),
-                         n_sweeps if record_from is None else int(record_from),
+    return sup_mh_sweeps(_rng_state(seed), tok_w, tok_ptr, arr.z, arr.tver, arr.tb, arr.ent, arr.entf, arr.meta,
+                         arr.metaf, arr.samples, arr.nk, Gk, np.ascontiguousarray(G).reshape(-1), bool(dense_prior),
+                         float(beta), float(alpha), int(n_sweeps), int(mh_steps), int(mixture), bool(word_prior),
+                         int(init), n_sweeps if record_from is None else int(record_from),
                          np.zeros((0, 0), dtype=np.int32) if z_rec is None else z_rec,
                          np.zeros((0, K)) if doc_acc is None else doc_acc,
                          etaT, np.ascontiguousarray(rho, dtype=np.float64),
