@@ -275,12 +275,8 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                 fb = 1.0
                 if b >= 0:
                     eb = _find(ent, base, cu, K, b)
-                    A_b = np.float64(entf[4 * eb + 3])
-                    c_b = ent[4 * eb + 2]
-                    g_b = G[ub + b] if dense_prior else 0.0
-                    Ai_b = (c_b - 1 + g_b) / ((c_b + g_b) / A_b - 1.0)  # 1/r~_b = (c_b + g_b) / A~_b
-                    fb = Ai_b / A_b
-                    S_i -= A_b - Ai_b
+                    fb = np.float64(entf[4 * eb + 2])  # A_i(b) / A~_b, stored at the build
+                    S_i -= np.float64(entf[4 * eb + 3]) * (1.0 - fb)
                     if S_i <= 1e-9 * metaf[mu + M_ZT]:
                         S_i = 0.0
                 Bx = beta / (BR[s] * (BR[s] - 1.0)) if use_B else 0.0
@@ -385,6 +381,18 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                         st_a[p] = st_w[p]
                         l += 1
                         continue
+                    if doc_tries == 1:  # a plain MH step: the chain compares p q_d cross-multiplied
+                        t = lk_t[l]
+                        st_y[p] = t
+                        st_a[p] = nd[t] - (1 if t == s else 0) + alpha
+                        if t == s:
+                            st_b[p] = b_s
+                            st_q[p] = q_s
+                        else:
+                            st_b[p] = ((G[ub + t] if dense_prior else beta) + lk_n[l]) * rk[t]
+                            st_q[p] = lk_A[l] * (fb if t == b else 1.0) + Bw[t]
+                        l += 1
+                        continue
                     W = 0.0
                     for j in range(doc_tries):
                         t = lk_t[l + j]
@@ -444,6 +452,21 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                                 if x * den >= num:
                                     continue
                         stats[_S_WORD_ACC] += 1
+                    elif doc_tries == 1:
+                        stats[_S_DOC_PROP] += 1
+                        if y != cur:
+                            # A_d = p(y) q_d(cur) / (p(cur) q_d(y)), q_d(k) ∝ n_dk + K alpha q_i(k) / Z_i
+                            if word_prior:
+                                num = st_a[p] * st_b[p] * (a_cur - alpha + ka_z * q_cur)
+                                den = a_cur * b_cur * (st_a[p] - alpha + ka_z * st_q[p])
+                            else:  # q_d ∝ n_dk + alpha: the document factor cancels
+                                num = st_b[p]
+                                den = b_cur
+                            if num < den:
+                                rs, x = _next(rs)
+                                if x * den >= num:
+                                    continue
+                        stats[_S_DOC_ACC] += 1
                     else:
                         stats[_S_DOC_PROP] += 1
                         if y != cur:

@@ -279,12 +279,8 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                     S_i = metaf[mu + M_ZT]
                     if b >= 0:
                         eb = _find(ent, base, cu, K, b)
-                        A_b = np.float64(entf[4 * eb + 3])
-                        c_b = ent[4 * eb + 2]
-                        g_b = G[ub + b] if dense_prior else 0.0
-                        Ai_b = (c_b - 1 + g_b) / ((c_b + g_b) / A_b - 1.0)
-                        fb = Ai_b / A_b
-                        S_i -= A_b - Ai_b
+                        fb = np.float64(entf[4 * eb + 2])  # A_i(b) / A~_b, stored at the build
+                        S_i -= np.float64(entf[4 * eb + 3]) * (1.0 - fb)
                         if S_i <= 1e-9 * metaf[mu + M_ZT]:
                             S_i = 0.0
                     if use_B:

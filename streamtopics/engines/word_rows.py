@@ -7,8 +7,9 @@ Storage (memory O(tokens) at any K, instead of O(words x K)):
   addressing hash keyed by topic, cap_u = pow2 >= 2 f_u, linear probing, backward-shift
   deletion.  A token touches one to three cache lines of a rare word instead of random
   lines of a K-wide row; at K=1024 on 20 Newsgroups all rows take 79 MB instead of 1.2 GB.
-* An entry is four int32: [topic, n_wk (current count), n~_wk (count when the word's table
-  was built), A~_wk (float32 bits: the table's weight of topic k)].
+* An entry is four int32: [topic, n_wk (current count), f_wk, A~_wk] where A~_wk (float32
+  bits) is the table's weight of topic k and f_wk (float32 bits) the factor that removes one
+  token counted at k from it (below); both are written when the word's table is built.
 * Per-word metadata share one 64-byte line (``meta``): row offset, capacity, sample-buffer
   offset and length, next unread sample, table version, table mass, occupied slots.
 
@@ -30,7 +31,7 @@ more draws than remain, the table is rebuilt from fresh counts (amortized O(1) p
 Self-exclusion: token i's proposal must not depend on its own value.  The count part may
 hold token i at topic b (its topic when the table was built): token i uses
 A_i(b) = (n~_wb - 1 + g) / (1/r~_b - 1), drawn exactly by keeping a draw of b with
-probability fb = A_i(b) / A~_b.  The shared prior part was built at the sweep's start, when
+probability f_wb = A_i(b) / A~_b (stored, so a token pays no division for it).  The shared prior part was built at the sweep's start, when
 token i was at its current topic s (each token is visited once a sweep): its weight at s is
 beta / (1/r~_s - 1), i.e. an extra point mass Bx at s.  Both corrections are exact; the
 tests compare whole chains against enumerated posteriors.
@@ -148,10 +149,19 @@ def _draw_table(u, K, ent, entf, meta, samples, wbuf, widx, prob, alias, small, 
     return rs
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _exclusion_factor(c, g, r):
+    """f = A_i / A~ for a token counted at this topic: (c - 1 + g) / (1/r - 1) over (c + g) r."""
+    if c < 1:
+        return np.float32(1.0)  # no token can have been counted here
+    R = 1.0 / r
+    return np.float32((c - 1 + g) * R / ((R - 1.0) * (c + g)))
+
+
 @njit(cache=True, nogil=True)
 def _rebuild(u, x, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf, widx, prob, alias, small,
              large, keys, vals, rs):
-    """Word u's table from the current counts, O(cap_u): n~ <- n, A~ <- (g + n~) r.
+    """Word u's table from the current counts n~ <- n, O(cap_u): A~ <- (g + n~) r, f <- exclusion factor.
 
     ``x`` >= 0 is the topic of the token being updated, left out of the table (its own
     count and the topic total it is part of).  A hash row is compacted on the way (entries
@@ -169,9 +179,9 @@ def _rebuild(u, x, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, r
             if k == x:
                 cnt -= 1
                 r = 1.0 / (Gk[k] + nk[k] - 1)
-            ent[4 * e + 2] = cnt
             g = G[ub + k] if dense_prior else 0.0
             a = np.float32((g + cnt) * r)
+            entf[4 * e + 2] = _exclusion_factor(cnt, g, r)
             entf[4 * e + 3] = a
             total += a
     else:
@@ -193,8 +203,8 @@ def _rebuild(u, x, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, r
             if k == x:
                 cnt -= 1
                 r = 1.0 / (Gk[k] + nk[k] - 1)
-            ent[4 * e + 2] = cnt
             a = np.float32(cnt * r)
+            entf[4 * e + 2] = _exclusion_factor(cnt, 0.0, r)
             entf[4 * e + 3] = a
             total += a
     metaf[8 * u + M_ZT] = total
