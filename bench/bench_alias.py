@@ -5,15 +5,19 @@ single core, batch mode:
 
 * speed   - sampling throughput (tokens/s per core) of streamtopics ``TopicModel(engine="alias")
             .fit`` vs tomotopy ``LDAModel`` (workers=1, ParallelScheme.NONE, alpha optimisation
-            off) vs the plain O(K) Gibbs reference, at K = 100, 400, 1024, 4096.  Only sampling
-            is timed: tokenising, adding documents, initial assignment and compilation are not.
+            off) vs the plain O(K) Gibbs reference, at K = 100, 400, 1024, 4096, over the same
+            sweeps from a uniform start (100 by default, 30 at K=4096: a sampler's first sweeps
+            move more tokens and cost more, so a short run understates a long fit).  Only
+            sampling is timed: tokenising, adding documents, initial assignment and compilation
+            are not.  Runs are paired (ours, tomotopy, ours, tomotopy, ...) over ``--rounds`` and
+            the median ratio is reported: this host's speed drifts 10-20% between runs.
 * quality - held-out document completion (test split, the one scoring function
             ``completion_loglik``) after the *same* number of sweeps: alias vs the exact O(K)
             Gibbs reference, same tokens and uniform start; fewer documents/sweeps at large K
             where the O(K) reference would take too long (both contenders use the same ones).
 * stream  - one pass in minibatches of 256, K=100: alias vs the L-sparse variational engine.
 
-    python bench/bench_alias.py                        # everything (~30 min on one free core)
+    python bench/bench_alias.py                        # everything (~60 min on one free core)
     python bench/bench_alias.py --section speed --k 100,1024
     python bench/bench_alias.py --quick                # smoke run
 
@@ -104,7 +108,8 @@ def run_alias(data: Data, K: int, sweeps: int, seed: int = 0, score: bool = True
     st = m.last_stats
     assert st["tokens"] == data.n_tokens, (st["tokens"], data.n_tokens)
     out = {"seconds": st["sampling_seconds"], "tokens_per_s": st["tokens_per_s"], "sweeps": sweeps,
-           "mh_acceptance": st["mh_acceptance"], "alias_rebuilds": st["alias_rebuilds"], "params": kw}
+           "mh_acceptance": st["mh_acceptance"], "alias_rebuilds": st["alias_rebuilds"], "params": kw,
+           "tries": st["tries"], "rows_mib": st["rows_mib"]}
     if score:
         out["heldout"] = data.score(data.corpus.align(m))
     del m
@@ -158,40 +163,62 @@ def warm_up(corpus: Corpus) -> None:
 
 
 # -- sections -------------------------------------------------------------------------------------
+def _variants(args) -> list[tuple[str, dict]]:
+    """(label, TopicModel kwargs) of the alias settings to run: the defaults first."""
+    out = []
+    for mh in args.mh:
+        for tries in args.tries:
+            kw = {"mh_steps": mh}
+            if tries != "auto":
+                kw["tries"] = int(tries)
+            out.append((f"mh={mh} tries={tries}", kw))
+    return out
+
+
 def section_speed(corpus: Corpus, ks: list[int], args) -> dict:
     data = Data(corpus)
     print(f"\n[speed] 20NG train: {len(data.tokens)} docs, {data.n_tokens:,} tokens, V={data.V:,}; single core, "
-          f"batch mode; sampling time only", flush=True)
+          f"batch mode; sampling time only; {args.rounds} paired rounds, median", flush=True)
     res = {}
+    variants = _variants(args)
     for K in ks:
-        s_fast = args.speed_sweeps if K <= 1024 else max(args.speed_sweeps // 2, 5)
-        s_ref = max(2, min(s_fast, int(args.speed_sweeps * 100 / K)))  # O(K): a few sweeps give the rate
-        print(f"  K={K}: load {load()}", flush=True)
-        r = {}
-        for mh in args.mh:
-            r[f"alias_mh{mh}"] = a = run_alias(data, K, s_fast, score=False, mh_steps=mh)
-            print(f"    alias mh={mh} {a['tokens_per_s'] / 1e6:7.2f} M tok/s  {1e9 / a['tokens_per_s']:7.0f} ns/token  "
-                  f"({s_fast} sweeps, acceptance word {a['mh_acceptance']['word']:.2f} "
-                  f"doc {a['mh_acceptance']['doc']:.2f}, {a['alias_rebuilds']:,} rebuilds)", flush=True)
-        r["tomotopy"] = run_tomotopy(data, K, s_fast, score=False)
-        r["gibbs_ref"] = run_gibbs(data, K, s_ref, score=False)
+        sweeps = args.speed_sweeps if K <= 1024 else max(args.speed_sweeps * 3 // 10, 5)
+        s_ref = max(2, min(sweeps, int(args.speed_sweeps * 50 / K)))  # O(K): a few sweeps give the rate
+        print(f"  K={K} ({sweeps} sweeps): load {load()}", flush=True)
+        runs = {label: [] for label, _ in variants}
+        runs["tomotopy"] = []
+        for r in range(args.rounds):
+            for label, kw in variants:
+                a = run_alias(data, K, sweeps, score=False, **kw)
+                runs[label].append(a)
+                print(f"    round {r + 1} alias {label:<16} {a['tokens_per_s'] / 1e6:6.2f} M tok/s  "
+                      f"{1e9 / a['tokens_per_s']:6.0f} ns/token  acceptance word {a['mh_acceptance']['word']:.2f} "
+                      f"doc {a['mh_acceptance']['doc']:.2f}, rows {a['rows_mib']:.0f} MiB", flush=True)
+            t = run_tomotopy(data, K, sweeps, score=False)
+            runs["tomotopy"].append(t)
+            print(f"    round {r + 1} tomotopy{'':<10} {t['tokens_per_s'] / 1e6:6.2f} M tok/s  "
+                  f"{1e9 / t['tokens_per_s']:6.0f} ns/token  (cpu/wall {t['cpu_seconds'] / t['seconds']:.2f})",
+                  flush=True)
+        g = run_gibbs(data, K, s_ref, score=False)
+        print(f"    gibbs-ref {g['tokens_per_s'] / 1e6:6.2f} M tok/s ({s_ref} sweeps)", flush=True)
+        r = {"sweeps": sweeps, "gibbs_ref": g, "runs": runs, "ratio_vs_tomotopy": {}}
+        for label, _ in variants:
+            ratios = [a["tokens_per_s"] / t["tokens_per_s"] for a, t in zip(runs[label], runs["tomotopy"])]
+            r["ratio_vs_tomotopy"][label] = float(np.median(ratios))
+            r[label] = float(np.median([a["tokens_per_s"] for a in runs[label]]))
+            rounds = ", ".join(f"{x:.2f}" for x in ratios)
+            print(f"    => alias {label}: {np.median(ratios):.2f}x tomotopy (rounds {rounds}), "
+                  f"{r[label] / g['tokens_per_s']:.2f}x gibbs-ref", flush=True)
+        r["tomotopy"] = float(np.median([t["tokens_per_s"] for t in runs["tomotopy"]]))
         res[K] = r
-        a, t, g = r[f"alias_mh{args.mh[0]}"], r["tomotopy"], r["gibbs_ref"]
-        print(f"    tomotopy  {t['tokens_per_s'] / 1e6:7.2f} M tok/s  {1e9 / t['tokens_per_s']:7.0f} ns/token  "
-              f"({s_fast} sweeps, cpu/wall {t['cpu_seconds'] / t['seconds']:.2f})", flush=True)
-        print(f"    gibbs-ref {g['tokens_per_s'] / 1e6:7.2f} M tok/s  {1e9 / g['tokens_per_s']:7.0f} ns/token  "
-              f"({s_ref} sweeps)", flush=True)
-        for mh in args.mh:
-            a = r[f"alias_mh{mh}"]
-            print(f"    => alias mh={mh}: {a['tokens_per_s'] / t['tokens_per_s']:.2f}x tomotopy, "
-                  f"{a['tokens_per_s'] / g['tokens_per_s']:.2f}x gibbs-ref", flush=True)
-    print("\n  K      " + "".join(f"alias mh={mh} M/s  " for mh in args.mh)
-          + "tomotopy M/s  gibbs-ref M/s  " + "".join(f"mh={mh}/tomotopy  " for mh in args.mh) + "alias ns/token")
+    print("\n  K      sweeps  " + "".join(f"alias {lb} M/s  " for lb, _ in variants)
+          + "tomotopy M/s  " + "".join(f"{lb} / tomotopy  " for lb, _ in variants) + "alias ns/token")
     for K, r in res.items():
-        t, g = r["tomotopy"]["tokens_per_s"], r["gibbs_ref"]["tokens_per_s"]
-        al = [r[f"alias_mh{mh}"]["tokens_per_s"] for mh in args.mh]
-        print(f"  {K:<6} " + "".join(f"{a / 1e6:15.2f}  " for a in al) + f"{t / 1e6:12.2f}  {g / 1e6:13.2f}  "
-              + "".join(f"{a / t:15.2f}x " for a in al) + f"{1e9 / al[0]:12.0f}")
+        al = [r[lb] for lb, _ in variants]
+        speeds = "".join(f"{a / 1e6:{len(lb) + 10}.2f}  " for a, (lb, _) in zip(al, variants))
+        ratios = "".join(f"{r['ratio_vs_tomotopy'][lb]:{len(lb) + 11}.2f}x " for lb, _ in variants)
+        tomo = f"{r['tomotopy'] / 1e6:12.2f}  "
+        print(f"  {K:<6} {r['sweeps']:>6}  " + speeds + tomo + ratios + f"{1e9 / al[0]:12.0f}")
     return res
 
 
@@ -201,7 +228,7 @@ def section_quality(corpus: Corpus, ks: list[int], args) -> dict:
     plan = {100: (None, q, None), 400: (None, q, 3000), 1024: (None, q, 1500), 4096: (2000, q // 2, 500)}
     if args.quick:
         plan = {k: (800, 20, 500) for k in plan}
-    print("\n[quality] held-out completion after the same sweeps: alias (mh_steps=2) vs exact O(K) Gibbs", flush=True)
+    print("\n[quality] held-out completion after the same sweeps: alias vs exact O(K) Gibbs", flush=True)
     res = {}
     for K in ks:
         n_docs, sweeps, n_test = plan.get(K, (2000, 50, 500))
@@ -211,12 +238,12 @@ def section_quality(corpus: Corpus, ks: list[int], args) -> dict:
                   "gibbs_ref": g}
         print(f"  K={K:<5} {len(data.tokens):>5} docs {sweeps:>4} sweeps, {data.n_test} test docs: "
               f"gibbs-ref {g['heldout']:.4f} ({g['tokens_per_s'] / 1e6:.2f} M tok/s)", flush=True)
-        for mh in args.mh:
-            a = run_alias(data, K, sweeps, seed=1, mh_steps=mh)
+        for label, kw in _variants(args):
+            a = run_alias(data, K, sweeps, seed=1, **kw)
             gap = (a["heldout"] - g["heldout"]) / abs(g["heldout"])
-            res[K][f"alias_mh{mh}"] = dict(a, relative_gap=gap)
-            print(f"          alias mh={mh}: {a['heldout']:.4f}  gap {100 * gap:+.2f}% (target: within 1%)  "
-                  f"({a['tokens_per_s'] / 1e6:.2f} M tok/s)", flush=True)
+            res[K][f"alias {label}"] = dict(a, relative_gap=gap)
+            print(f"          alias {label}: {a['heldout']:.4f}  gap {100 * gap:+.2f}% (target: within 1%)  "
+                  f"({a['tokens_per_s'] / 1e6:.2f} M tok/s, tries used {a['tries']})", flush=True)
     return res
 
 
@@ -240,15 +267,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--section", choices=["speed", "quality", "stream", "all"], default="all")
     ap.add_argument("--k", default="100,400,1024,4096", help="comma-separated topic counts")
-    ap.add_argument("--speed-sweeps", type=int, default=30)
+    ap.add_argument("--speed-sweeps", type=int, default=100)
     ap.add_argument("--quality-sweeps", type=int, default=200)
-    ap.add_argument("--mh", default="2,3", help="MH steps per token to run the alias engine with (first: headline)")
+    ap.add_argument("--rounds", type=int, default=2, help="paired speed rounds (median ratio)")
+    ap.add_argument("--mh", default="2", help="MH steps per token to run the alias engine with (first: headline)")
+    ap.add_argument("--tries", default="auto", help="candidates per MH step: auto (the default) and/or integers")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     args.mh = [int(x) for x in args.mh.split(",")]
+    args.tries = args.tries.split(",")
     ks = [int(k) for k in args.k.split(",")]
     if args.quick:
         args.speed_sweeps = 4
+        args.rounds = 1
     corpus = Corpus(n_train=3000 if args.quick else None, n_test=1000 if args.quick else None)
     warm_up(corpus)
     results = {"load_before": load()}

@@ -110,7 +110,8 @@ def model_from_config(m: ModelConfig) -> TopicModel:
         vocab_policy=m.vocab_policy, min_word_len=m.min_word_len, stopwords=m.stopwords,
         supervision=None if m.supervision == "none" else m.supervision, sup_c=m.sup_c or None,
         sup_ell=m.sup_ell or None, sup_epsilon=m.sup_epsilon or None, sup_prior_var=m.sup_prior_var,
-        sup_decay=m.sup_decay)
+        sup_decay=m.sup_decay, burn_in=m.burn_in, sample_sweeps=m.sample_sweeps, mh_steps=m.mh_steps,
+        tries=m.tries or None)
 
 
 def _param_differences(model: TopicModel, m: ModelConfig) -> dict[str, tuple[Any, Any]]:

@@ -31,9 +31,10 @@ more draws than remain, the table is rebuilt from fresh counts (amortized O(1) p
 Self-exclusion: token i's proposal must not depend on its own value.  The count part may
 hold token i at topic b (its topic when the table was built): token i uses
 A_i(b) = (n~_wb - 1 + g) / (1/r~_b - 1), drawn exactly by keeping a draw of b with
-probability f_wb = A_i(b) / A~_b (stored, so a token pays no division for it).  The shared prior part was built at the sweep's start, when
-token i was at its current topic s (each token is visited once a sweep): its weight at s is
-beta / (1/r~_s - 1), i.e. an extra point mass Bx at s.  Both corrections are exact; the
+probability f_wb = A_i(b) / A~_b (stored, so a token pays no division for it).  The shared
+prior part was built at the sweep's start, when token i was at its current topic s (each
+token is visited once a sweep): its weight at s is beta / (1/r~_s - 1), i.e. an extra point
+mass Bx at s.  Both corrections are exact; the
 tests compare whole chains against enumerated posteriors.
 """
 from __future__ import annotations
