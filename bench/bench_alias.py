@@ -169,8 +169,8 @@ def _variants(args) -> list[tuple[str, dict]]:
     for mh in args.mh:
         for tries in args.tries:
             kw = {"mh_steps": mh}
-            if tries != "auto":
-                kw["tries"] = int(tries)
+            if tries != "auto":  # "2" (both kinds) or "2x1" (word x doc candidates)
+                kw["tries"] = tuple(int(t) for t in tries.split("x")) if "x" in tries else int(tries)
             out.append((f"mh={mh} tries={tries}", kw))
     return out
 
@@ -271,7 +271,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quality-sweeps", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=2, help="paired speed rounds (median ratio)")
     ap.add_argument("--mh", default="2", help="MH steps per token to run the alias engine with (first: headline)")
-    ap.add_argument("--tries", default="auto", help="candidates per MH step: auto (the default) and/or integers")
+    ap.add_argument("--tries", default="auto", help="candidates per MH step: auto (the default), N (both kinds) and/or WxD (word x doc)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     args.mh = [int(x) for x in args.mh.split(",")]

@@ -241,7 +241,9 @@ class ModelConfig:
     burn_in: int = opt(4, "Alias engine: sweeps over each minibatch before its statistics are collected.", ge=0)
     sample_sweeps: int = opt(4, "Alias engine: sweeps whose topic counts are averaged into the update.", ge=1)
     mh_steps: int = opt(2, "Alias engine: Metropolis-Hastings steps of each kind (word, doc) per token and sweep.", ge=1)
-    tries: int = opt(0, "Alias engine: candidates per MH step (multiple-try); 0 = 2 from 256 topics on, else 1.", ge=0, le=64)
+    tries: int = opt(0, "Alias engine: candidates per word MH step (multiple-try); 0 = 2 from 256 topics on, else 1.",
+                     ge=0, le=64)
+    doc_tries: int = opt(0, "Alias engine: candidates per doc MH step (multiple-try); 0 = 1.", ge=0, le=64)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ from kafka import TopicPartition
 
 from . import __version__
 from .config import Config, ConfigError, ModelConfig
+from .engines.alias import default_tries
 from .metrics import PROPOSALS, Metrics, MetricsServer
 from .model import TopicModel, load_snapshot
 from .snapshot import SnapshotWriteError, snapshot_name
@@ -111,7 +112,8 @@ def model_from_config(m: ModelConfig) -> TopicModel:
         supervision=None if m.supervision == "none" else m.supervision, sup_c=m.sup_c or None,
         sup_ell=m.sup_ell or None, sup_epsilon=m.sup_epsilon or None, sup_prior_var=m.sup_prior_var,
         sup_decay=m.sup_decay, burn_in=m.burn_in, sample_sweeps=m.sample_sweeps, mh_steps=m.mh_steps,
-        tries=m.tries or None)
+        tries=None if not (m.tries or m.doc_tries) else (m.tries or default_tries(m.n_topics)[0],
+                                                          m.doc_tries or default_tries(m.n_topics)[1]))
 
 
 def _param_differences(model: TopicModel, m: ModelConfig) -> dict[str, tuple[Any, Any]]:

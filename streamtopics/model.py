@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .batch import Batch, build_batch
-from .engines.alias import ALPHA_PROPOSALS, PROPOSALS, AliasEngine
+from .engines.alias import ALPHA_PROPOSALS, PROPOSALS, AliasEngine, check_tries
 from .engines.lsparse import LSparseEngine
 from .evaluate import heldout_loglik_arrays
 from .snapshot import read_snapshot, write_snapshot
@@ -67,7 +67,8 @@ class TopicModel:
         averaged, MH steps per token, "cycle" or "mixture" of the word and doc proposals,
         samples drawn per alias table before it is rebuilt (None: max(K, 256)), whether the
         doc proposal's alpha part is drawn from the word's table ("word") or uniformly, and
-        candidates per MH step (multiple-try; None: 2 for K >= 256, else 1).
+        candidates per MH step (multiple-try): an int for both step kinds or a (word, doc)
+        pair; None: (2, 1) for K >= 256, else (1, 1).
     supervision : None (plain LDA) or ``"hinge"`` (max-margin, Gibbs MedLDA), ``"logistic"``
         (Polya-Gamma) or ``"regression"`` (eps-insensitive); ``partial_fit(docs, labels=...)``
         then learns topics that predict the labels (docs/supervised.md).
@@ -209,9 +210,7 @@ class TopicModel:
              f"table_draws must be None or an integer >= 1 (got {self.table_draws!r})")
         need(self.alpha_proposal in ALPHA_PROPOSALS,
              f"alpha_proposal must be one of {ALPHA_PROPOSALS} (got {self.alpha_proposal!r})")
-        need(self.tries is None or (isinstance(self.tries, (int, np.integer)) and not isinstance(self.tries, bool)
-                                    and self.tries >= 1),
-             f"tries must be None or an integer >= 1 (got {self.tries!r})")
+        self.tries = check_tries(self.tries)  # None or a (word, doc) pair; ValueError otherwise
         need(self.supervision is None or self.supervision in SUP_LOSSES,
              f"supervision must be None or one of {tuple(SUP_LOSSES)} (got {self.supervision!r})")
         for name in ("sup_c", "sup_ell", "sup_epsilon"):
@@ -250,7 +249,7 @@ class TopicModel:
             self.local_step = AliasEngine(
                 burn_in=int(self.burn_in), sample_sweeps=int(self.sample_sweeps), mh_steps=int(self.mh_steps),
                 proposal=self.proposal, table_draws=None if self.table_draws is None else int(self.table_draws),
-                alpha_proposal=self.alpha_proposal, tries=None if self.tries is None else int(self.tries),
+                alpha_proposal=self.alpha_proposal, tries=self.tries,
                 seed_source=lambda: int(self.rng.integers(1 << 62)))
         else:
             self.local_step = LSparseEngine(

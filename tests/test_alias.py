@@ -132,7 +132,7 @@ def _stale_single_token(mixture: bool, word_prior: bool, tries: int, T: int = 3_
 
 
 @pytest.mark.parametrize("mixture,word_prior,tries", [(False, True, 1), (True, True, 1), (False, False, 1),
-                                                     (False, True, 3), (True, False, 2)])
+                                                     (False, True, 3), (True, False, (1, 2))])
 def test_mh_with_stale_proposal_reproduces_exact_conditional(mixture, word_prior, tries):
     z, target = _stale_single_token(mixture, word_prior, tries)
     counts = np.bincount(z, minlength=target.size)
@@ -168,10 +168,10 @@ def _exact_joint(K: int = KJ):
 @pytest.mark.parametrize("K,rows,table_draws,mixture,word_prior,tries", [
     (KJ, "dense", 2000, False, True, 1),
     (KJ, "dense", 3, False, True, 1),
-    (KJ, "dense", 3, True, True, 2),
+    (KJ, "dense", 3, True, True, (2, 1)),  # the default at large K: two word candidates, one doc
     (KJ, "dense", 3, False, False, 1),
     (6, "hash", 2000, False, True, 2),   # hash rows (cap 4 < K): inserts, deletions, stale entries
-    (6, "hash", 3, True, True, 3),       # ... and compactions while tables are rebuilt all the time
+    (6, "hash", 3, True, True, (1, 3)),  # ... and compactions while tables are rebuilt all the time
     (5, "hash", 4, False, False, 2),
 ])
 def test_whole_chain_reproduces_exact_joint_posterior(K, rows, table_draws, mixture, word_prior, tries):
@@ -285,7 +285,8 @@ def test_both_engines_snapshots_load_into_one_model_class_and_predict(lda, tmp_p
     variational = TopicModel(n_topics=5, seed=0)
     for b in range(0, 300, 100):
         variational.partial_fit(docs[b:b + 100])
-    batch_alias = TopicModel(n_topics=5, engine="alias", seed=0, burn_in=2, sample_sweeps=3).fit(docs, n_sweeps=30)
+    batch_alias = TopicModel(n_topics=5, engine="alias", seed=0, burn_in=2, sample_sweeps=3,
+                             tries=(2, 1)).fit(docs, n_sweeps=30)
     stream_alias = _stream(docs, batch=100, passes=1)
     for name, m in [("lsparse", variational), ("alias-fit", batch_alias), ("alias-stream", stream_alias)]:
         path = tmp_path / f"{name}.stsnap"
@@ -336,6 +337,12 @@ def test_alias_parameters_are_validated_and_fit_contract():
         TopicModel(engine="alias", table_draws=0)
     with pytest.raises(ValueError, match="alpha_proposal"):
         TopicModel(engine="alias", alpha_proposal="flat")
+    for bad in (0, True, 2.0, (2,), (1, 65), (2, 1, 1), "2"):
+        with pytest.raises(ValueError, match="tries"):
+            TopicModel(engine="alias", tries=bad)
+    assert TopicModel(engine="alias", tries=2).tries == (2, 2)
+    assert TopicModel(engine="alias", tries=[3, 1]).get_params()["tries"] == (3, 1)
+    assert TopicModel(engine="alias").tries is None
     m = TopicModel(n_topics=3, engine="alias")
     with pytest.raises(NotImplementedError, match="supervised"):
         m.fit([["a", "b"]], n_sweeps=2, labels=["x"])

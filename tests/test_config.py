@@ -295,3 +295,19 @@ def test_to_dict_masks_password_and_is_plain():
 def test_config_is_immutable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         Config().model.n_topics = 3  # type: ignore[misc]
+
+
+def test_alias_settings_reach_the_model():
+    """The [model] alias keys build the engine the daemon runs (0 = the library's auto choice)."""
+    from streamtopics.daemon import model_from_config
+
+    base = {"model": {"engine": "alias", "n_topics": 512, "burn_in": 1, "sample_sweeps": 2, "mh_steps": 3}}
+    m = model_from_config(Config.from_dict(base).model)
+    assert (m.burn_in, m.sample_sweeps, m.mh_steps, m.tries) == (1, 2, 3, None)
+    assert m.local_step._tries(512) == (2, 1)
+    m = model_from_config(Config.from_dict({"model": {**base["model"], "tries": 3}}).model)
+    assert m.tries == (3, 1)
+    m = model_from_config(Config.from_dict({"model": {**base["model"], "doc_tries": 2}}).model)
+    assert m.tries == (2, 2)
+    with pytest.raises(ConfigError, match="doc_tries"):
+        Config.from_dict({"model": {**base["model"], "doc_tries": 65}})
