@@ -112,8 +112,15 @@ def model_from_config(m: ModelConfig) -> TopicModel:
         supervision=None if m.supervision == "none" else m.supervision, sup_c=m.sup_c or None,
         sup_ell=m.sup_ell or None, sup_epsilon=m.sup_epsilon or None, sup_prior_var=m.sup_prior_var,
         sup_decay=m.sup_decay, burn_in=m.burn_in, sample_sweeps=m.sample_sweeps, mh_steps=m.mh_steps,
-        tries=None if not (m.tries or m.doc_tries) else (m.tries or default_tries(m.n_topics)[0],
-                                                          m.doc_tries or default_tries(m.n_topics)[1]))
+        tries=_alias_tries(m))
+
+
+def _alias_tries(m: ModelConfig) -> tuple[int, int] | None:
+    """Config tries/doc_tries (0 = auto) as the model's (word, doc) pair; None keeps the library default."""
+    if not (m.tries or m.doc_tries):
+        return None
+    word, doc = default_tries(m.n_topics)
+    return m.tries or word, m.doc_tries or doc
 
 
 def _param_differences(model: TopicModel, m: ModelConfig) -> dict[str, tuple[Any, Any]]:

@@ -399,7 +399,7 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                 # -- C: factors; doc steps choose (I-MTM on the target, weights p / q_d) --
                 l = 0
                 for p in range(P):
-                    if st_word[p]:
+                    if st_word[p] or doc_tries == 1:  # one looked-up topic: the word step's choice or the doc draw
                         t = lk_t[l]
                         if t == s:
                             st_b[p] = b_s
@@ -407,19 +407,11 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                         else:
                             st_b[p] = ((G[ub + t] if dense_prior else beta) + lk_n[l]) * rk[t]
                             st_q[p] = lk_A[l] * (fb if t == b else 1.0) + Bw[t]
-                        st_a[p] = st_w[p]
-                        l += 1
-                        continue
-                    if doc_tries == 1:  # a plain MH step: the chain compares p q_d cross-multiplied
-                        t = lk_t[l]
-                        st_y[p] = t
-                        st_a[p] = nd[t] - (1 if t == s else 0) + alpha
-                        if t == s:
-                            st_b[p] = b_s
-                            st_q[p] = q_s
-                        else:
-                            st_b[p] = ((G[ub + t] if dense_prior else beta) + lk_n[l]) * rk[t]
-                            st_q[p] = lk_A[l] * (fb if t == b else 1.0) + Bw[t]
+                        if st_word[p]:
+                            st_a[p] = st_w[p]
+                        else:  # a plain MH step: the chain compares p q_d cross-multiplied
+                            st_y[p] = t
+                            st_a[p] = nd[t] - (1 if t == s else 0) + alpha
                         l += 1
                         continue
                     W = 0.0
