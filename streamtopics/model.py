@@ -273,7 +273,8 @@ class TopicModel:
             prior_var=float(self.sup_prior_var), decay=float(self.sup_decay), gibbs_sweeps=int(self.sup_sweeps),
             burn_in=None if self.sup_burn_in is None else int(self.sup_burn_in),
             seed=int(np.random.SeedSequence([int(self.seed), 5]).generate_state(1)[0]),
-            pg_method=self.sup_pg_method, max_labels=self.sup_max_labels)
+            pg_method=self.sup_pg_method, max_labels=self.sup_max_labels,
+            memo_window=self.memo_window if self.update == "memoized" else None)
 
     # -- documents --------------------------------------------------------------------
     def tokenize(self, docs: Sequence) -> list[list[str]]:
@@ -328,21 +329,24 @@ class TopicModel:
         if learn and not self.state.initialized and batch.n_tokens > 0:
             self._initialize(batch)
         sup_step = learn and labels is not None and batch.n_docs > 0
-        if sup_step:
+        if sup_step and self.sup_local:
             # prequential: the label-free local step gives the predictions and the returned theta
             pre = self.local_step.infer(self.state, batch, summarize=False)
             scores, predicted = self._predict_from(pre.doc_topic)
             targets = head.encode_targets(labels, grow=True)
-            if self.sup_local:
-                result = self.local_step.infer(self.state, batch, summarize=True, head=head, targets=targets)
-            else:
-                result = self.local_step.infer(self.state, batch, summarize=True)
+            result = self.local_step.infer(self.state, batch, summarize=True, head=head, targets=targets)
+        elif sup_step:
+            # sup_local=False: the label-free step is both the prediction and the learning step
+            result = pre = self.local_step.infer(self.state, batch, summarize=True)
+            scores, predicted = self._predict_from(pre.doc_topic)
+            head.encode_targets(labels, grow=True)
         else:
             result = pre = self.local_step.infer(self.state, batch, summarize=learn)
             scores, predicted = self._predict_from(pre.doc_topic)
         t1 = time.perf_counter()
         info: dict = {}
         if learn and batch.n_docs > 0:
+            batch_key = self._memo_key(batch_key)
             # A sampler's objective is not the variational one the memoized update compares.
             info = self._apply(result.summary, None if self.engine == "alias" else result.objective, batch_key)
             self.state.docs_seen += batch.n_docs
@@ -373,13 +377,21 @@ class TopicModel:
         }
         return result
 
+    def _memo_key(self, batch_key):
+        """The key a learned batch is memoized under: None for a stochastic update (nothing is
+        ever revisited, so neither the topic updater nor the supervised head keeps a record),
+        the given or an automatic key for a memoized one (the head shares the updater's keys)."""
+        if batch_key is not None and (not isinstance(batch_key, (str, int)) or isinstance(batch_key, bool)):
+            raise TypeError(f"batch_key must be str or int (got {type(batch_key).__name__})")
+        if self.update != "memoized":
+            return None
+        if batch_key is None:
+            batch_key = f"auto-{self._auto_key}"
+            self._auto_key += 1
+        return batch_key
+
     def _apply(self, summary: Summary, objective: float, batch_key) -> dict:
         if self.update == "memoized":
-            if batch_key is None:
-                batch_key = f"auto-{self._auto_key}"
-                self._auto_key += 1
-            elif not isinstance(batch_key, (str, int)):
-                raise TypeError(f"batch_key must be str or int (got {type(batch_key).__name__})")
             return self.updater.apply(self.state, summary, batch_key, new_objective=objective)
         return self.updater.apply(self.state, summary)
 
@@ -666,6 +678,11 @@ class TopicModel:
                 raise ValueError("snapshot holds a supervised head but its params have supervision=None")
             model.head = SupervisedHead.restore(
                 header["supervised"], {k[4:]: v for k, v in arrays.items() if k.startswith("sup_")})
+            # older snapshots kept a head memo record per keyed batch whatever the update
+            if model.update == "memoized":
+                model.head.limit_memo(model.memo_window)
+            else:
+                model.head.release_memo()
         if "memo_keys" in header:
             items = []
             rows = arrays["memo_rows"]
