@@ -29,7 +29,7 @@ from .supervised.classifier import SupervisedHead
 from .supervised.classifier import _is_missing as _label_missing
 from .supervised.samplers import METHODS as PG_METHODS
 from .summary import LocalResult, Summary
-from .text import Tokenizer, Vocabulary
+from .text import SEGMENTATIONS, Tokenizer, Vocabulary
 from .updates import MemoizedUpdate, StochasticUpdate
 
 ENGINES = ("lsparse", "alias")
@@ -60,6 +60,8 @@ class TopicModel:
     vocab_cap, vocab_policy, vocab_decay : vocabulary cap, ``"ignore"`` or ``"evict"`` words past
         it (eviction picks the rarest by a count decayed by ``vocab_decay`` per batch).
     min_word_len, max_word_len, stopwords : tokenizer for raw-text documents.
+    segmentation : "whitespace" or "cjk_bigrams" (runs of Chinese/Japanese/Korean/Thai
+        characters, written without spaces, become overlapping character bigrams).
     init : ``"kmeans++"`` seeds topics from K diverse documents of the first batch (as the
         paper does), ``"random"`` from random documents.
     burn_in, sample_sweeps, mh_steps, proposal, table_draws, alpha_proposal, tries : alias engine
@@ -102,7 +104,8 @@ class TopicModel:
                  supervision: str | None = None, sup_c: float | None = None, sup_ell: float | None = None,
                  sup_epsilon: float | None = None, sup_prior_var: float = 1.0, sup_decay: float = 1.0,
                  sup_sweeps: int = 10, sup_burn_in: int | None = None, sup_pg_method: str = "exact",
-                 sup_max_labels: int | None = None, sup_features: str = "unsupervised", sup_local: bool = True):
+                 sup_max_labels: int | None = None, sup_features: str = "unsupervised", sup_local: bool = True,
+                 segmentation: str = "whitespace"):
         self.n_topics = n_topics
         self.engine = engine
         self.sparsity = sparsity
@@ -148,6 +151,7 @@ class TopicModel:
         self.sup_max_labels = sup_max_labels
         self.sup_features = sup_features
         self.sup_local = sup_local
+        self.segmentation = segmentation
         self._validate()
         self._build()
 
@@ -157,7 +161,7 @@ class TopicModel:
                "max_word_len", "stopwords", "init", "init_smoothing", "burn_in", "sample_sweeps", "mh_steps",
                "proposal", "table_draws", "alpha_proposal", "tries", "supervision", "sup_c", "sup_ell",
                "sup_epsilon", "sup_prior_var", "sup_decay", "sup_sweeps", "sup_burn_in", "sup_pg_method", "sup_max_labels",
-               "sup_features", "sup_local")
+               "sup_features", "sup_local", "segmentation")
 
     def get_params(self) -> dict:
         p = {name: getattr(self, name) for name in self._PARAMS}
@@ -239,9 +243,11 @@ class TopicModel:
         need(self.sup_features in SUP_FEATURES, f"sup_features must be one of {SUP_FEATURES} "
                                                 f"(got {self.sup_features!r})")
         need(isinstance(self.sup_local, (bool, np.bool_)), f"sup_local must be a bool (got {self.sup_local!r})")
+        need(self.segmentation in SEGMENTATIONS,
+             f"segmentation must be one of {SEGMENTATIONS} (got {self.segmentation!r})")
 
     def _build(self) -> None:
-        self.tokenizer = Tokenizer(self.min_word_len, self.max_word_len, self.stopwords)
+        self.tokenizer = Tokenizer(self.min_word_len, self.max_word_len, self.stopwords, self.segmentation)
         self.vocab = Vocabulary(cap=self.vocab_cap, policy=self.vocab_policy, decay=self.vocab_decay)
         self.state = ModelState(self.n_topics, self.alpha, self.beta)
         if self.engine == "alias":
