@@ -351,7 +351,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         except BrokerUnavailable as exc:
             _err(f"error: {exc}")
             return EXIT_FAIL
-        print(f"broker      tansu on {broker.bootstrap} (memory storage, stopped on exit)", flush=True)
+        print(f"broker      tansu pid {broker.pid} on {broker.bootstrap} (memory storage, stopped on exit)", flush=True)
 
         # Fresh state every run: an old snapshot's offsets would skip the new topic's data.
         if snap_dir.is_dir():

@@ -224,6 +224,11 @@ def _library_default(name: str, none_as: Any = None) -> Any:
 
 
 @dataclass(frozen=True)
+class InputConfig:
+    format: str = opt("msgpack", "Encoding of input messages: msgpack, json (UTF-8 JSON objects, same schema) or auto (JSON when a message starts with { or [, else msgpack).", choices=("msgpack", "json", "auto"))
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     engine: str = opt("lsparse", "Local inference: lsparse (sparse variational) or alias (alias-table Metropolis-Hastings).", choices=("lsparse", "alias"))
     n_topics: int = opt(_library_default("n_topics"), "Number of topics K.", ge=2, le=100000)
@@ -243,6 +248,7 @@ class ModelConfig:
     vocab_policy: str = opt("ignore", "When the vocabulary is full: ignore new words, or evict the rarest.", choices=("ignore", "evict"))
     min_word_len: int = opt(_library_default("min_word_len"), "Shorter tokens are dropped by the tokenizer.", ge=1)
     stopwords: str = opt("english", "Stopword list removed by the tokenizer.", choices=("english", "none"))
+    segmentation: str = opt("whitespace", "Word segmentation: whitespace (words between spaces and punctuation) or cjk_bigrams (also cut runs of Chinese, Japanese, Korean and Thai characters into overlapping character pairs).", choices=("whitespace", "cjk_bigrams"))
     supervision: str = opt("none", "Supervised topics: none, hinge (max-margin), logistic, or regression on 'response'.", choices=("none", "hinge", "logistic", "regression"))
     sup_c: float = opt(0.0, "Supervised loss: regularisation constant c (weight of the labels against the words); 0 = the loss's default.", ge=0)
     sup_ell: float = opt(0.0, "Hinge loss margin ell; 0 = the default.", ge=0)
@@ -311,6 +317,7 @@ class LimitsConfig:
 _SECTIONS: dict[str, type] = {
     "kafka": KafkaConfig,
     "topics": TopicsConfig,
+    "input": InputConfig,
     "model": ModelConfig,
     "batch": BatchConfig,
     "snapshot": SnapshotConfig,
@@ -326,6 +333,7 @@ class Config:
 
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     topics: TopicsConfig = field(default_factory=TopicsConfig)
+    input: InputConfig = field(default_factory=InputConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     batch: BatchConfig = field(default_factory=BatchConfig)
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)

@@ -69,6 +69,8 @@ from .stream.codec import (
     encode_dead_letter,
     encode_document,
     encode_prediction,
+    fill_record_meta,
+    is_array_message,
     prediction_key,
 )
 from .stream.consumer import BatchingConsumer, RecordBatch
@@ -108,7 +110,7 @@ def model_from_config(m: ModelConfig) -> TopicModel:
         alpha=m.alpha or "auto", beta=m.beta, seed=m.seed, delay=m.delay, forgetting_rate=m.forgetting_rate,
         rho_min=m.rho_min, corpus_size=m.corpus_size or None, memo_window=m.memo_window,
         max_iter=m.max_local_iters, tol=m.local_tol, restarts=m.restarts, vocab_cap=m.vocab_cap,
-        vocab_policy=m.vocab_policy, min_word_len=m.min_word_len, stopwords=m.stopwords,
+        vocab_policy=m.vocab_policy, min_word_len=m.min_word_len, stopwords=m.stopwords, segmentation=m.segmentation,
         supervision=None if m.supervision == "none" else m.supervision, sup_c=m.sup_c or None,
         sup_ell=m.sup_ell or None, sup_epsilon=m.sup_epsilon or None, sup_prior_var=m.sup_prior_var,
         sup_decay=m.sup_decay, burn_in=m.burn_in, sample_sweeps=m.sample_sweeps, mh_steps=m.mh_steps,
@@ -602,10 +604,12 @@ class Daemon:
 
     def _decode(self, record) -> tuple[_Decoded, int]:
         faults.hit("decode")
-        docs, dead = decode_message(record.value, self.limits, topic=record.topic,
-                                    partition=record.partition, offset=record.offset)
+        fmt = self.cfg.input.format
+        docs, dead = decode_message(record.value, self.limits, topic=record.topic, partition=record.partition,
+                                    offset=record.offset, fmt=fmt, key=getattr(record, "key", None),
+                                    headers=getattr(record, "headers", None))
         index: list[int | None] = [None] * len(docs)
-        if docs and _is_array(record.value):  # element positions, skipping the bad elements
+        if docs and is_array_message(record.value, fmt):  # element positions, skipping the bad elements
             bad = {d.index for d in dead}
             index = [i for i in range(len(docs) + len(dead)) if i not in bad]
         tokenizer = self.model.tokenizer if self.model is not None else None
@@ -796,6 +800,7 @@ class Daemon:
             origins.append(d.ts if d.ts is not None else (ts / 1000.0 if ts and ts > 0 else math.nan))
         if sup is not None and targets is not None:
             self._score_prequential(sup, [targets[i] for i in keep])
+        fill_record_meta(dead, rb.records)  # the daemon's own dead letters keep the record's key and headers
         build = partial(self._encode_batch, dead, ids, theta, version, now, sup)
         meta = _BatchMeta(rb.tp, rb.first_offset, rb.next_offset, len(keep), n_tokens,
                           [dl.reason for dl in dead], origins, stages, t_start)
@@ -914,7 +919,8 @@ class Daemon:
         max_raw = self._max_raw_bytes()
         dl_topic, out_topic = self.cfg.topics.dead_letter, self.cfg.topics.output
         for dl in dead:
-            out.append(OutMessage(dl_topic, encode_dead_letter(dl, ts=now, max_raw_bytes=max_raw)))
+            out.append(OutMessage(dl_topic, encode_dead_letter(dl, ts=now, max_raw_bytes=max_raw), key=dl.key,
+                                  headers=dl.headers))
         if theta is not None:
             extras = self._label_fields(sup, len(ids))
             for doc_id, row, extra in zip(ids, _top_topics(theta), extras):
@@ -1260,12 +1266,6 @@ class _BatchMeta:
     origins: list[float]
     stages: dict[str, float]
     started: float
-
-
-def _is_array(raw: bytes) -> bool:
-    """Whether a msgpack value is an array (fixarray 0x90-0x9f, array16 0xdc, array32 0xdd)."""
-    b = raw[0]
-    return 0x90 <= b <= 0x9F or b in (0xDC, 0xDD)
 
 
 def _top_topics(theta: np.ndarray) -> list[list[tuple[int, float]]]:

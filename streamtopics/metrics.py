@@ -50,7 +50,6 @@ streamtopics_build_info                        info       version, engine, updat
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import math
@@ -70,6 +69,8 @@ from prometheus_client import (
     Info,
     generate_latest,
 )
+
+from .snapshot import write_failure_reason
 
 log = logging.getLogger(__name__)
 
@@ -334,15 +335,8 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def snapshot_failure_reason(exc: BaseException) -> str:
-    """Map an exception from a snapshot write to one of SNAPSHOT_FAILURE_REASONS."""
-    if isinstance(exc, OSError):
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            return "disk_full"
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) or isinstance(exc, PermissionError):
-            return "permission"
-        return "io_error"
-    return "other"
+# The errno -> reason mapping lives in snapshot.py (one place, used by the writer and here).
+snapshot_failure_reason = write_failure_reason
 
 
 # Metric family names as exposed; tests check dashboards and alerts against them.

@@ -30,7 +30,7 @@ from .supervised.classifier import SupervisedHead
 from .supervised.classifier import _is_missing as _label_missing
 from .supervised.samplers import METHODS as PG_METHODS
 from .summary import LocalResult, Summary
-from .text import Tokenizer, Vocabulary
+from .text import SEGMENTATIONS, Tokenizer, Vocabulary
 from .updates import MemoizedUpdate, StochasticUpdate, check_corpus_size
 
 ENGINES = ("lsparse", "alias")
@@ -61,6 +61,8 @@ class TopicModel:
     vocab_cap, vocab_policy, vocab_decay : vocabulary cap, ``"ignore"`` or ``"evict"`` words past
         it (eviction picks the rarest by a count decayed by ``vocab_decay`` per batch).
     min_word_len, max_word_len, stopwords : tokenizer for raw-text documents.
+    segmentation : "whitespace" or "cjk_bigrams" (runs of Chinese/Japanese/Korean/Thai
+        characters, written without spaces, become overlapping character bigrams).
     init : ``"kmeans++"`` seeds topics from K diverse documents of the first batch (as the
         paper does), ``"random"`` from random documents.
     burn_in, sample_sweeps, mh_steps, proposal, table_draws, alpha_proposal, tries : alias engine
@@ -103,7 +105,8 @@ class TopicModel:
                  supervision: str | None = None, sup_c: float | None = None, sup_ell: float | None = None,
                  sup_epsilon: float | None = None, sup_prior_var: float = 1.0, sup_decay: float = 1.0,
                  sup_sweeps: int = 10, sup_burn_in: int | None = None, sup_pg_method: str = "exact",
-                 sup_max_labels: int | None = None, sup_features: str = "unsupervised", sup_local: bool = True):
+                 sup_max_labels: int | None = None, sup_features: str = "unsupervised", sup_local: bool = True,
+                 segmentation: str = "whitespace"):
         self.n_topics = n_topics
         self.engine = engine
         self.sparsity = sparsity
@@ -149,6 +152,7 @@ class TopicModel:
         self.sup_max_labels = sup_max_labels
         self.sup_features = sup_features
         self.sup_local = sup_local
+        self.segmentation = segmentation
         self._validate()
         self._build()
 
@@ -158,7 +162,7 @@ class TopicModel:
                "max_word_len", "stopwords", "init", "init_smoothing", "burn_in", "sample_sweeps", "mh_steps",
                "proposal", "table_draws", "alpha_proposal", "tries", "supervision", "sup_c", "sup_ell",
                "sup_epsilon", "sup_prior_var", "sup_decay", "sup_sweeps", "sup_burn_in", "sup_pg_method", "sup_max_labels",
-               "sup_features", "sup_local")
+               "sup_features", "sup_local", "segmentation")
 
     def get_params(self) -> dict:
         p = {name: getattr(self, name) for name in self._PARAMS}
@@ -240,9 +244,11 @@ class TopicModel:
         need(self.sup_features in SUP_FEATURES, f"sup_features must be one of {SUP_FEATURES} "
                                                 f"(got {self.sup_features!r})")
         need(isinstance(self.sup_local, (bool, np.bool_)), f"sup_local must be a bool (got {self.sup_local!r})")
+        need(self.segmentation in SEGMENTATIONS,
+             f"segmentation must be one of {SEGMENTATIONS} (got {self.segmentation!r})")
 
     def _build(self) -> None:
-        self.tokenizer = Tokenizer(self.min_word_len, self.max_word_len, self.stopwords)
+        self.tokenizer = Tokenizer(self.min_word_len, self.max_word_len, self.stopwords, self.segmentation)
         self.vocab = Vocabulary(cap=self.vocab_cap, policy=self.vocab_policy, decay=self.vocab_decay)
         self.state = ModelState(self.n_topics, self._initial_alpha(), self.beta)
         if self.engine == "alias":
@@ -278,7 +284,8 @@ class TopicModel:
             prior_var=float(self.sup_prior_var), decay=float(self.sup_decay), gibbs_sweeps=int(self.sup_sweeps),
             burn_in=None if self.sup_burn_in is None else int(self.sup_burn_in),
             seed=int(np.random.SeedSequence([int(self.seed), 5]).generate_state(1)[0]),
-            pg_method=self.sup_pg_method, max_labels=self.sup_max_labels)
+            pg_method=self.sup_pg_method, max_labels=self.sup_max_labels,
+            memo_window=self.memo_window if self.update == "memoized" else None)
 
     # -- documents --------------------------------------------------------------------
     def tokenize(self, docs: Sequence) -> list[list[str]]:
@@ -333,21 +340,24 @@ class TopicModel:
         if learn and not self.state.initialized and batch.n_tokens > 0:
             self._initialize(batch)
         sup_step = learn and labels is not None and batch.n_docs > 0
-        if sup_step:
+        if sup_step and self.sup_local:
             # prequential: the label-free local step gives the predictions and the returned theta
             pre = self.local_step.infer(self.state, batch, summarize=False)
             scores, predicted = self._predict_from(pre.doc_topic)
             targets = head.encode_targets(labels, grow=True)
-            if self.sup_local:
-                result = self.local_step.infer(self.state, batch, summarize=True, head=head, targets=targets)
-            else:
-                result = self.local_step.infer(self.state, batch, summarize=True)
+            result = self.local_step.infer(self.state, batch, summarize=True, head=head, targets=targets)
+        elif sup_step:
+            # sup_local=False: the label-free step is both the prediction and the learning step
+            result = pre = self.local_step.infer(self.state, batch, summarize=True)
+            scores, predicted = self._predict_from(pre.doc_topic)
+            head.encode_targets(labels, grow=True)
         else:
             result = pre = self.local_step.infer(self.state, batch, summarize=learn)
             scores, predicted = self._predict_from(pre.doc_topic)
         t1 = time.perf_counter()
         info: dict = {}
         if learn and batch.n_docs > 0:
+            batch_key = self._memo_key(batch_key)
             # A sampler's objective is not the variational one the memoized update compares.
             info = self._apply(result.summary, None if self.engine == "alias" else result.objective, batch_key)
             if self.alpha == "auto":
@@ -382,13 +392,21 @@ class TopicModel:
         }
         return result
 
+    def _memo_key(self, batch_key):
+        """The key a learned batch is memoized under: None for a stochastic update (nothing is
+        ever revisited, so neither the topic updater nor the supervised head keeps a record),
+        the given or an automatic key for a memoized one (the head shares the updater's keys)."""
+        if batch_key is not None and (not isinstance(batch_key, (str, int)) or isinstance(batch_key, bool)):
+            raise TypeError(f"batch_key must be str or int (got {type(batch_key).__name__})")
+        if self.update != "memoized":
+            return None
+        if batch_key is None:
+            batch_key = f"auto-{self._auto_key}"
+            self._auto_key += 1
+        return batch_key
+
     def _apply(self, summary: Summary, objective: float, batch_key) -> dict:
         if self.update == "memoized":
-            if batch_key is None:
-                batch_key = f"auto-{self._auto_key}"
-                self._auto_key += 1
-            elif not isinstance(batch_key, (str, int)):
-                raise TypeError(f"batch_key must be str or int (got {type(batch_key).__name__})")
             return self.updater.apply(self.state, summary, batch_key, new_objective=objective)
         return self.updater.apply(self.state, summary)
 
@@ -675,6 +693,11 @@ class TopicModel:
                 raise ValueError("snapshot holds a supervised head but its params have supervision=None")
             model.head = SupervisedHead.restore(
                 header["supervised"], {k[4:]: v for k, v in arrays.items() if k.startswith("sup_")})
+            # older snapshots kept a head memo record per keyed batch whatever the update
+            if model.update == "memoized":
+                model.head.limit_memo(model.memo_window)
+            else:
+                model.head.release_memo()
         if "memo_keys" in header:
             items = []
             rows = arrays["memo_rows"]

@@ -54,12 +54,19 @@ class SnapshotWriteError(OSError):
         self.reason = reason
 
 
-def _reason(exc: OSError) -> str:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "disk_full"
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return "permission"
-    return "io_error"
+def write_failure_reason(exc: BaseException) -> str:
+    """The one mapping of a failed write to a reason code: disk_full (ENOSPC, EDQUOT, EFBIG:
+    no room, a quota, or the file-size limit), permission (EACCES, EPERM, EROFS), io_error
+    (any other OSError) or other (not an OSError).  A ``SnapshotWriteError`` keeps its reason."""
+    if isinstance(exc, SnapshotWriteError):
+        return exc.reason
+    if isinstance(exc, OSError):
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return "disk_full"
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) or isinstance(exc, PermissionError):
+            return "permission"
+        return "io_error"
+    return "other"
 
 
 def _pad(n: int) -> int:
@@ -143,7 +150,7 @@ def write_snapshot(path: str | os.PathLike, header: dict, arrays: dict[str, np.n
         finally:
             os.close(dfd)
     except OSError as exc:
-        raise SnapshotWriteError(path, _reason(exc), exc) from exc
+        raise SnapshotWriteError(path, write_failure_reason(exc), exc) from exc
     finally:
         if tmp is not None:
             try:

@@ -47,13 +47,50 @@ ENGLISH_STOPWORDS = frozenset(
 
 _WORD = re.compile(r"[^\W\d_]+")
 
+SEGMENTATIONS = ("whitespace", "cjk_bigrams")
+# Scripts written without spaces between words: CJK ideographs (with extensions and
+# compatibility forms), Hiragana, Katakana (with the phonetic extensions and half-width
+# forms), Hangul syllables, Thai, Lao, Khmer, Myanmar; the Thai-family ranges include
+# their combining vowel and tone marks, which are not letters to ``\w``.
+_NOSPACE = ("\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+            "\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\uff66-\uff9f\uac00-\ud7af"
+            "\u0e00-\u0e7f\u0e80-\u0eff\u1780-\u17ff\u1000-\u109f")
+# group 1: a run of no-space script; otherwise a run of other letters
+_WORD_CJK = re.compile(f"([{_NOSPACE}]+)|[^\\W\\d_{_NOSPACE}]+")
+
+
+def _cjk_tokens(text: str, lo: int, hi: int, stop: frozenset) -> list[str]:
+    """``cjk_bigrams``: runs of no-space scripts become overlapping character bigrams (a lone
+    character stays a unigram; the length window does not apply to them, a CJK character is
+    a word); other letter runs are words as in ``whitespace`` mode."""
+    out = []
+    for m in _WORD_CJK.finditer(text):
+        run = m.group(1)
+        if run is None:
+            w = m.group(0)
+            if lo <= len(w) <= hi and w not in stop:
+                out.append(w)
+        elif len(run) == 1:
+            out.append(run)
+        else:
+            out.extend(run[i:i + 2] for i in range(len(run) - 1))
+    return out
+
 
 class Tokenizer:
-    """Lowercase, unicode-aware word tokenizer with a length window and a stop list."""
+    """Lowercase, unicode-aware word tokenizer with a length window and a stop list.
 
-    def __init__(self, min_len: int = 2, max_len: int = 30, stopwords: Iterable[str] | str | None = "english"):
+    ``segmentation``: ``"whitespace"`` (words are runs of letters) or ``"cjk_bigrams"``
+    (also cut text without spaces - Chinese, Japanese, Korean, Thai - into character bigrams).
+    """
+
+    def __init__(self, min_len: int = 2, max_len: int = 30, stopwords: Iterable[str] | str | None = "english",
+                 segmentation: str = "whitespace"):
         if min_len < 1 or max_len < min_len:
             raise ValueError(f"tokenizer lengths must satisfy 1 <= min_len <= max_len (got {min_len}, {max_len})")
+        if segmentation not in SEGMENTATIONS:
+            raise ValueError(f"segmentation must be one of {SEGMENTATIONS} (got {segmentation!r})")
+        self.segmentation = segmentation
         self.min_len = int(min_len)
         self.max_len = int(max_len)
         if stopwords == "english":
@@ -67,11 +104,13 @@ class Tokenizer:
 
     def __call__(self, text: str) -> list[str]:
         lo, hi, stop = self.min_len, self.max_len, self.stopwords
+        if self.segmentation == "cjk_bigrams":
+            return _cjk_tokens(text.lower(), lo, hi, stop)
         return [w for w in _WORD.findall(text.lower()) if lo <= len(w) <= hi and w not in stop]
 
     def config(self) -> dict:
         sw = "english" if self.stopwords is ENGLISH_STOPWORDS else sorted(self.stopwords)
-        return {"min_len": self.min_len, "max_len": self.max_len, "stopwords": sw}
+        return {"min_len": self.min_len, "max_len": self.max_len, "stopwords": sw, "segmentation": self.segmentation}
 
 
 class Vocabulary:

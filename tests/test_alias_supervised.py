@@ -208,3 +208,55 @@ def test_streaming_supervised_alias_learns_labels_and_unsupervised_path_is_uncha
     r1 = e1.infer(m.state, batch, summarize=True)
     r2 = e2.infer(m.state, batch, summarize=True, head=None, targets=None)
     assert np.array_equal(r1.doc_topic, r2.doc_topic) and r1.stats == r2.stats
+
+
+# -- issue 14: tries on the supervised paths ------------------------------------------------
+@pytest.mark.parametrize("table_draws,mixture,word_prior,tries,K", [
+    (3, 0, True, (3, 1), KJ),      # multiple-try word steps, tables rebuilt often
+    (2000, 0, True, (1, 3), KJ),   # multiple-try doc steps over stale tables
+    (3, 1, False, (2, 2), KJ),     # mixture, uniform alpha part of the doc proposal
+    (4, 0, True, (2, 3), 5),       # hash rows with the shared prior table
+])
+def test_supervised_multiple_try_chain_reproduces_exact_regularised_joint(table_draws, mixture, word_prior, tries, K):
+    """The supervised kernel with tries != (1, 1) (I-MTM word step + delayed acceptance, I-MTM
+    doc step on the regularised target) keeps the exact joint of the tiny model."""
+    sup_doc = np.array((True, True))
+    p = _joint(sup_doc, K)
+    n_chains = 5000 if K == KJ else 10000
+    weights = K ** np.arange(TOK_W.size - 1, -1, -1)
+    finals = np.empty(n_chains, dtype=np.int64)
+    freq = np.bincount(TOK_W, minlength=VJ) if K > 4 else None
+    for c in range(n_chains):
+        arr = SamplerArrays(VJ, TOK_W.size, K, table_draws, freq)
+        sup.run_sweeps(arr, 7000 + c, TOK_W, TOK_PTR, np.full(K, VJ * BJ), np.zeros((1, 1)), False, BJ, AJ,
+                       20, 2, mixture, 1, ETA if K == KJ else ETA5, RHO, KAPPA, sup_doc, exp_gate=1e9,
+                       word_prior=word_prior, tries=tries)
+        finals[c] = int(arr.z @ weights)
+    counts = np.bincount(finals, minlength=p.size)
+    assert _pooled_pvalue(counts, p, n_chains) > 1e-3
+    assert _pooled_pvalue(counts, _joint(np.zeros(2, bool), K), n_chains) < 1e-6
+
+
+def test_tries_reach_the_supervised_streaming_and_batch_paths(binary):
+    """Before issue 14 ``tries`` was silently ignored when labels were present: the same seed
+    gave the same chain whatever tries said."""
+    (tr, ytr), _ = binary
+    m = TopicModel(n_topics=3, engine="alias", supervision="hinge", seed=0, sup_c=4.0)
+    m.partial_fit(tr[:100], labels=ytr[:100])
+    batch = m.prepare(m.tokenize(tr[100:160]), grow=False)
+    targets = m.head.encode_targets(ytr[100:160], grow=False)
+    runs = {}
+    for t in [(1, 1), (3, 2)]:
+        r = AliasEngine(seed=5, tries=t).infer(m.state, batch, summarize=True, head=m.head, targets=targets)
+        runs[t] = r
+        assert r.stats["tries"] == list(t)
+    # the same seed runs a different chain, and multiple tries accept more doc proposals
+    acc1, acc3 = runs[(1, 1)].stats["mh_acceptance"], runs[(3, 2)].stats["mh_acceptance"]
+    assert acc3["doc"] > acc1["doc"], (acc1, acc3)
+    fits = {}
+    for t in [(1, 1), (3, 2)]:
+        f = TopicModel(n_topics=3, engine="alias", supervision="hinge", seed=0, sup_c=4.0, tries=t)
+        f.fit(tr[:200], n_sweeps=6, labels=ytr[:200])
+        assert f.last_stats["tries"] == list(t)
+        fits[t] = f.topic_word()
+    assert not np.array_equal(fits[(1, 1)], fits[(3, 2)])

@@ -315,3 +315,83 @@ def test_stop_escalates_to_sigkill_when_clients_stay_connected():
         if c is not None:
             c.close()
         b.cleanup()
+
+
+def _gone(pid: int, timeout_s: float = 5.0) -> bool:
+    """True once ``pid`` no longer runs (gone, or a zombie nobody has reaped yet)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux only")
+def test_broker_dies_when_its_owner_is_killed_with_sigkill():
+    """kill -9 skips every exit hook: only the parent-death signal can take the broker along
+    (before issue 14 it stayed up, orphaned and listening)."""
+    code = (
+        "import time\n"
+        "from streamtopics.stream.broker import EmbeddedBroker\n"
+        "b = EmbeddedBroker().start()\n"
+        "print(b.pid, b.port, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    pid = port = None
+    try:
+        pid, port = map(int, owner.stdout.readline().split())
+        assert _port_accepts("127.0.0.1", port)
+        owner.kill()
+        owner.wait(timeout=10)
+        assert _gone(pid), f"tansu pid {pid} outlived its SIGKILLed owner"
+        deadline = time.monotonic() + 5
+        while _port_accepts("127.0.0.1", port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _port_accepts("127.0.0.1", port)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait(timeout=10)
+        owner.stdout.close()
+        if pid is not None and not _gone(pid, 0.1):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux only")
+def test_demo_broker_dies_with_a_sigkilled_demo(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "streamtopics.cli", "demo", "--docs", "50", "--dir",
+                             str(tmp_path / "demo"), "--no-color"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    pid = None
+    try:
+        deadline = time.monotonic() + 120
+        line = ""
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line or line.startswith("broker"):
+                break
+        assert line.startswith("broker"), line
+        words = line.split()
+        pid = int(words[words.index("pid") + 1])
+        port = int(line.split(" on ", 1)[1].split()[0].rsplit(":", 1)[1])
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert _gone(pid), f"the demo's tansu pid {pid} outlived the SIGKILLed demo"
+        deadline = time.monotonic() + 5
+        while _port_accepts("127.0.0.1", port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _port_accepts("127.0.0.1", port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        proc.stdout.close()
+        if pid is not None and not _gone(pid, 0.1):
+            os.kill(pid, signal.SIGKILL)

@@ -3,6 +3,7 @@ and a bounded fuzz that decode_message never raises."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import msgpack
@@ -22,7 +23,10 @@ from streamtopics.stream.codec import (
     encode_document,
     encode_documents,
     encode_prediction,
+    fill_record_meta,
+    is_array_message,
     prediction_key,
+    sniff_format,
 )
 
 LIMITS = Limits()
@@ -288,6 +292,7 @@ def test_every_reason_is_reachable_from_the_tests():
                   doc(zz=1), doc(text="x" * 300_000), pack(doc(text="x" * 2_000_000))]
     }
     produced.add(one_dead([doc()] * 3, Limits(max_docs_per_message=2)).reason)
+    produced.add(decode_message(b'{"id": 1, "text": ', LIMITS, fmt="json")[1][0].reason)
     assert produced == REASONS
 
 
@@ -369,3 +374,80 @@ def test_decode_never_raises_on_arbitrary_msgpack(value):
 def test_valid_documents_round_trip(d):
     docs, dls = decode_message(encode_document(d), LIMITS)
     assert dls == [] and docs == [d]
+
+
+
+# --------------------------------------------------------------------------- issue 14: JSON input, key/headers
+JSON_DOC = b'{"id": "j1", "text": "the cat sat on the mat", "label": "pets", "ts": 1700000000.5}'
+
+
+def test_json_payload_under_msgpack_format_says_it_looks_like_json():
+    """Before issue 14 a JSON document was dead-lettered as 'trailing bytes after the msgpack
+    value' with no hint of what was wrong."""
+    for raw in (JSON_DOC, b"  [" + JSON_DOC + b"]\n"):
+        (dl,) = decode_message(raw, LIMITS, topic="in", partition=0, offset=3)[1]
+        assert dl.reason == "malformed_msgpack" and "looks like JSON" in dl.detail, dl.detail
+        assert 'input.format = "json"' in dl.detail
+    (dl,) = decode_message(b"\xc1\x00", LIMITS)[1]  # plain garbage: no JSON hint
+    assert "JSON" not in dl.detail
+
+
+@pytest.mark.parametrize("fmt", ["json", "auto"])
+def test_json_documents_decode_with_the_same_schema(fmt):
+    (d,), dls = decode_message(JSON_DOC, LIMITS, fmt=fmt)
+    assert dls == [] and (d.id, d.text, d.label, d.ts) == ("j1", "the cat sat on the mat", "pets", 1700000000.5)
+    raw = ('\ufeff[{"id": 1, "tokens": ["a", "b"]}, {"id": 2, "text": "x", "colour": "red"},'
+           ' {"id": 3, "labels": ["a", "b"], "text": "\u732b\u304c\u3044\u308b"}]').encode("utf-8")
+    docs, dls = decode_message(raw, LIMITS, fmt=fmt, topic="in", partition=1, offset=9)
+    assert [d.id for d in docs] == [1, 3] and docs[1].text == "\u732b\u304c\u3044\u308b"
+    (dl,) = dls
+    assert dl.reason == "unknown_field" and dl.index == 1 and "'colour'" in dl.detail
+    assert json.loads(dl.raw) == {"id": 2, "text": "x", "colour": "red"}  # the element's own text
+    assert is_array_message(raw, fmt) and not is_array_message(JSON_DOC, fmt)
+
+
+def test_auto_format_sniffs_each_message_and_msgpack_still_works():
+    raw = pack(doc(id="m1"))
+    assert sniff_format(raw) == "msgpack" and sniff_format(b" \n{") == "json"
+    (d,), _ = decode_message(raw, LIMITS, fmt="auto")
+    assert d.id == "m1"
+    assert is_array_message(pack([doc()]), "auto")
+    with pytest.raises(ValueError):
+        decode_message(raw, LIMITS, fmt="xml")
+
+
+@pytest.mark.parametrize("raw,part", [
+    (b'{"id": 1, "text": ', "invalid JSON"),
+    (b'{"id": 1, "text": "\xff"}', "not UTF-8"),
+    (b"[" * 100_000, "nested too deeply"),
+])
+def test_malformed_json(raw, part):
+    (dl,) = decode_message(raw, LIMITS, fmt="json")[1]
+    assert dl.reason == "malformed_json" and part in dl.detail, dl.detail
+
+
+def test_json_values_of_the_wrong_type_get_the_usual_reasons():
+    for raw, reason in [(b'"just a string"', "not_a_document"), (b"[]", "empty_batch"),
+                        (b'{"id": 1, "text": "x", "response": NaN}', "bad_response"),
+                        (b'{"id": true, "text": "x"}', "bad_id")]:
+        (dl,) = decode_message(raw, LIMITS, fmt="json")[1]
+        assert dl.reason == reason, (raw, dl)
+
+
+def test_dead_letters_keep_the_record_key_and_headers():
+    """Before issue 14 a dead letter dropped the source record's key and headers."""
+    hdrs = [("trace-id", b"abc"), ("tenant", None)]
+    (dl,) = decode_message(pack({"id": 1}), LIMITS, topic="in", partition=0, offset=5, key=b"k-1", headers=hdrs)[1]
+    assert dl.key == b"k-1" and dl.headers == hdrs
+    m = decode_dead_letter(encode_dead_letter(dl, ts=1.0))
+    assert m["key"] == b"k-1" and m["headers"] == [["trace-id", b"abc"], ["tenant", None]]
+    # dead letters made later (the daemon's empty_document / model_error) get them from the record
+    class Rec:
+        topic, partition, offset, key, headers = "in", 0, 6, b"k-2", [("h", b"v")]
+    late = DeadLetter("empty_document", "no token left", None, "in", 0, 6, b"x")
+    other = DeadLetter("empty_document", "no token left", None, "in", 0, 7, b"y")
+    fill_record_meta([late, other], [Rec()])
+    assert late.key == b"k-2" and late.headers == [("h", b"v")]
+    assert other.key is None and other.headers is None
+    m = decode_dead_letter(encode_dead_letter(other, ts=1.0))
+    assert "key" not in m and "headers" not in m

@@ -288,7 +288,7 @@ def test_to_dict_masks_password_and_is_plain():
     assert d["kafka"]["extra_producer"] == {"ssl_password": "***", "linger_ms": 3}
     dumped = json.dumps(d)  # plain types only: goes into logs and snapshot headers
     assert "s3cret-pw" not in dumped and "keypw" not in dumped
-    assert set(d) == {"kafka", "topics", "model", "batch", "snapshot", "metrics", "logging", "limits"}
+    assert set(d) == {"kafka", "topics", "input", "model", "batch", "snapshot", "metrics", "logging", "limits"}
     assert Config().to_dict()["kafka"]["sasl_plain_password"] == ""  # unset stays visibly unset
 
 
@@ -311,3 +311,16 @@ def test_alias_settings_reach_the_model():
     assert m.tries == (2, 2)
     with pytest.raises(ConfigError, match="doc_tries"):
         Config.from_dict({"model": {**base["model"], "doc_tries": 65}})
+
+
+def test_input_format_and_segmentation_keys():
+    """issue 14: input.format (msgpack | json | auto) and model.segmentation reach the daemon's parts."""
+    from streamtopics.daemon import model_from_config
+
+    cfg = load_config(None, env={"STREAMTOPICS_INPUT__FORMAT": "auto", "STREAMTOPICS_MODEL__SEGMENTATION": "cjk_bigrams"})
+    assert cfg.input.format == "auto" and cfg.model.segmentation == "cjk_bigrams"
+    assert model_from_config(cfg.model).tokenizer("机器学习") == ["机器", "器学", "学习"]
+    assert Config().input.format == "msgpack" and Config().model.segmentation == "whitespace"
+    errs = "\n".join(errors_of({"input": {"format": "xml"}, "model": {"segmentation": "icu"}}))
+    assert 'input.format = "xml" is not one of: msgpack, json, auto' in errs
+    assert 'model.segmentation = "icu" is not one of: whitespace, cjk_bigrams' in errs

@@ -285,3 +285,39 @@ def test_failed_write_keeps_the_older_snapshot(tmp_path, r8, monkeypatch, code, 
     # And a later save succeeds and replaces it.
     m.save(path)
     assert load_snapshot(path).version == 6
+
+
+# --------------------------------------------------------------------------- issue 14: one errno mapping
+def test_snapshot_write_over_the_file_size_limit_is_disk_full(tmp_path):
+    """A snapshot write that hits RLIMIT_FSIZE fails with EFBIG: the writer and the metrics
+    must both call it disk_full (snapshot.py used to say io_error, metrics.py disk_full)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import resource, signal
+        import numpy as np
+        from streamtopics.snapshot import SnapshotWriteError, write_snapshot
+        from streamtopics.metrics import snapshot_failure_reason
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+        try:
+            write_snapshot({str(tmp_path / 'big.snap')!r}, {{"kind": "x"}}, {{"a": np.zeros(100_000)}})
+        except SnapshotWriteError as exc:
+            print(exc.reason, snapshot_failure_reason(exc), snapshot_failure_reason(exc.__cause__))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=str(Path(__file__).resolve().parents[1]))
+    assert out.stdout.split() == ["disk_full", "disk_full", "disk_full"], (out.stdout, out.stderr)
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_one_errno_mapping_for_writer_and_metrics():
+    import errno
+
+    from streamtopics import metrics, snapshot
+    assert metrics.snapshot_failure_reason is snapshot.write_failure_reason
+    for e, want in [(errno.ENOSPC, "disk_full"), (errno.EDQUOT, "disk_full"), (errno.EFBIG, "disk_full"),
+                    (errno.EACCES, "permission"), (errno.EROFS, "permission"), (errno.EIO, "io_error")]:
+        assert snapshot.write_failure_reason(OSError(e, "x")) == want

@@ -255,3 +255,48 @@ def test_vocabulary_rejects_bad_settings():
         Vocabulary(cap=0)
     with pytest.raises(ValueError, match="decay"):
         Vocabulary(decay=0.0)
+
+
+# --------------------------------------------------------------------------- issue 14: text without spaces
+ZH_LONG = "机器学习是人工智能的一个分支，研究计算机怎样模拟或实现人类的学习行为以获取新的知识或技能并重新组织已有的知识结构使之不断改善自身的性能"
+JA_LONG = "東京都に住んでいる研究者たちは自然言語処理と機械学習の新しい手法について毎日のように議論しています"
+
+
+def test_whitespace_segmentation_drops_cjk_sentences_as_one_overlong_word():
+    """The failure mode issue 14 reports: a sentence without spaces is one 'word' > max_len."""
+    tok = Tokenizer()
+    assert tok(ZH_LONG.replace("，", "")) == [] and tok(JA_LONG) == []
+
+
+def test_cjk_bigrams_cut_chinese_japanese_thai_and_keep_other_words():
+    tok = Tokenizer(segmentation="cjk_bigrams")
+    zh = tok("机器学习是人工智能")
+    assert zh == ["机器", "器学", "学习", "习是", "是人", "人工", "工智", "智能"]
+    ja = tok(JA_LONG)
+    assert "東京" in ja and "機械" in ja and "学習" in ja and all(len(w) == 2 for w in ja)
+    assert len(ja) == len(JA_LONG) - 1
+    th = tok("ภาษาไทย")  # Thai with its combining marks stays one run
+    assert th == ["ภา", "าษ", "ษา", "าไ", "ไท", "ทย"]
+    mixed = tok("Topic models like LDA 猫 and 机器学习 in the news")
+    assert mixed == ["topic", "models", "lda", "猫", "机器", "器学", "学习", "news"]
+    assert Tokenizer(segmentation="cjk_bigrams").config()["segmentation"] == "cjk_bigrams"
+    with pytest.raises(ValueError, match="segmentation"):
+        Tokenizer(segmentation="icu")
+
+
+def test_model_segmentation_keyword_learns_cjk_documents_and_round_trips(tmp_path):
+    from streamtopics.model import load_snapshot
+
+    docs = [ZH_LONG, JA_LONG, ZH_LONG[10:] + "深度学习", JA_LONG[5:] + "機械学習"] * 3
+    m = TopicModel(n_topics=3, seed=0, segmentation="cjk_bigrams")
+    m.partial_fit(docs)
+    assert m.state.tokens_seen > 300 and "学习" in m.vocabulary and "機械" in m.vocabulary
+    m.save(tmp_path / "m.snap")
+    back = load_snapshot(tmp_path / "m.snap")
+    assert back.segmentation == "cjk_bigrams" and back.tokenize([ZH_LONG]) == m.tokenize([ZH_LONG])
+    plain = TopicModel(n_topics=3, seed=0)
+    plain.partial_fit(docs)
+    # whitespace mode: at most one sentence-long "word" per short clause, the rest dropped as over-long
+    assert plain.state.tokens_seen <= len(docs) and "学习" not in plain.vocabulary
+    with pytest.raises(ValueError, match="segmentation"):
+        TopicModel(segmentation="spaces")

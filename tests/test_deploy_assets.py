@@ -258,11 +258,28 @@ def test_alert_rules_are_well_formed_and_use_real_metrics():
 
 def test_prometheus_config_scrapes_daemon_and_loads_alerts():
     doc = _yaml("prometheus.yml")
-    assert doc["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    # relative to the config file: resolves beside it in compose (/etc/prometheus) and in the checkout
+    assert doc["rule_files"] == ["alerts.yml"]
+    compose = (DEPLOY / "docker-compose.yml").read_text()
+    assert "./prometheus.yml:/etc/prometheus/prometheus.yml" in compose
+    assert "./alerts.yml:/etc/prometheus/alerts.yml" in compose  # beside the config, as it resolves
     jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
     targets = [t for sc in jobs["streamtopics"]["static_configs"] for t in sc["targets"]]
     assert targets and all(t.endswith(":9464") for t in targets)
     assert jobs["streamtopics"]["metrics_path"] == "/metrics"
+
+
+@pytest.mark.skipif(not shutil.which("promtool"),
+                    reason="promtool not installed (Debian: apt-get install prometheus)")
+def test_promtool_checks_the_shipped_config_and_rules():
+    """The files as shipped, from the checkout (before issue 14 the rule file path only
+    existed inside the compose container)."""
+    for args in (["check", "config", "prometheus.yml"], ["check", "rules", "alerts.yml"]):
+        out = subprocess.run(["promtool", *args], cwd=DEPLOY, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, f"promtool {' '.join(args)}:\n{out.stdout}{out.stderr}"
+    out = subprocess.run(["promtool", "check", "config", str(DEPLOY / "prometheus.yml")], capture_output=True,
+                         text=True, timeout=60, cwd="/")
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 # -------------------------------------------------------------- dashboard

@@ -274,3 +274,66 @@ def test_regression_recovers_linear_response():
     oracle = theta[400:] @ eta_true
     r2_oracle = 1 - np.sum((yt - oracle) ** 2) / np.sum((yt - yt.mean()) ** 2)
     assert r2 > 0.9 * r2_oracle, (r2, r2_oracle)
+
+
+# --------------------------------------------------------------------------- issue 14: bounded memo, one local step
+def test_stochastic_model_keeps_no_head_memo(corpus, tmp_path):
+    """A stochastic model never revisits a batch: its head must keep no memo record per key
+    (before the fix every keyed batch stayed in memory and in every snapshot)."""
+    docs, _, cls = corpus
+    m = TopicModel(n_topics=6, supervision="hinge", seed=0, sup_sweeps=2, update="stochastic")
+    for j, i in enumerate(range(0, 240, 30)):
+        m.partial_fit(docs[i:i + 30], labels=cls[i:i + 30], batch_key=f"p0:{j}")
+    assert m.head.memo_keys() == []
+    header, arrays = m._snapshot_parts()
+    assert header["supervised"]["memo"] == [] and arrays["sup_memo_indptr"].size == 0
+
+
+def test_memoized_model_head_memo_follows_memo_window(corpus):
+    docs, _, cls = corpus
+    m = TopicModel(n_topics=6, supervision="hinge", seed=0, sup_sweeps=2, update="memoized", memo_window=3)
+    for j, i in enumerate(range(0, 240, 30)):
+        m.partial_fit(docs[i:i + 30], labels=cls[i:i + 30], batch_key=f"p0:{j}")
+    assert m.head.memo_window == 3
+    assert m.head.memo_keys() == [k for k, _ in m.updater.cache_items()] == ["p0:5", "p0:6", "p0:7"]
+    # without a key the memoized model uses its automatic key for the head too (one lineage of keys)
+    m.partial_fit(docs[:30], labels=cls[:30])
+    assert m.head.memo_keys() == [k for k, _ in m.updater.cache_items()]
+
+
+def test_restored_stochastic_snapshot_drops_a_grown_head_memo(corpus, tmp_path):
+    """Snapshots written before the fix carry one memo record per batch: loading one into a
+    stochastic model releases them (their contribution stays in the carried statistics)."""
+    docs, _, cls = corpus
+    m = TopicModel(n_topics=6, supervision="hinge", seed=0, sup_sweeps=2)
+    m.partial_fit(docs[:60], labels=cls[:60])
+    h = m.head
+    Z = np.full((3, 6), 1.0 / 6)
+    h.begin_batch("old-key")
+    h.end_batch(Z, np.ones((3, h.n_labels)), np.ones((3, h.n_labels)), batch_key="old-key")
+    assert h.memo_keys() == ["old-key"]
+    A = h.A.copy()
+    m.save(tmp_path / "s.snap")
+    back = load_snapshot(tmp_path / "s.snap")
+    assert back.head.memo_keys() == []
+    np.testing.assert_array_equal(back.head.A, A)
+
+
+def test_sup_local_false_runs_the_label_free_step_once(corpus):
+    docs, _, cls = corpus
+    m = TopicModel(n_topics=6, supervision="hinge", seed=0, sup_sweeps=2, sup_local=False)
+    m.partial_fit(docs[:60], labels=cls[:60])
+    calls = []
+    infer = m.local_step.infer
+
+    def counted(*a, **kw):
+        calls.append(kw.get("head"))
+        return infer(*a, **kw)
+
+    batch = m.prepare(m.tokenize(docs[60:120]))
+    ref = m.transform_batch(batch)
+    m.local_step.infer = counted
+    res = m.process(batch, learn=True, labels=cls[60:120])
+    assert len(calls) == 1 and calls[0] is None
+    assert res.predicted is not None and len(res.predicted) == 60
+    np.testing.assert_allclose(m.theta(res.doc_topic), ref, atol=1e-12)

@@ -711,7 +711,8 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
                                  n_sweeps: int, seed: int, head, targets, mh_steps: int = 2, proposal: str = "cycle",
                                  table_draws: int | None = None, callback: Callable | None = None,
                                  callback_every: int = 0, alpha_proposal: str = "word", eta_sweeps: int = 1,
-                                 eta_burn_in: int | None = None) -> tuple[SamplerArrays, dict]:
+                                 eta_burn_in: int | None = None,
+                                 tries: int | tuple[int, int] | None = None) -> tuple[SamplerArrays, dict]:
     """Supervised batch mode (LightMedLDA §3): from a uniform start, each sweep draws the
     augmentation given (Z, eta), then Z by word/doc/exp-proposal MH given (augmentation, eta),
     then ``eta_sweeps`` coordinate-wise Gibbs sweeps of eta given (Z, augmentation).  eta
@@ -735,11 +736,12 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
     sv = _SupervisedSweeps(head, targets, tok_ptr, K)
     mixture = proposal == "mixture"
     word_prior = alpha_proposal == "word"
+    m = resolve_tries(tries, K)
     total = np.zeros(sup.N_STATS, dtype=np.int64)
     t_kernel = t_head = 0.0
     t0 = time.perf_counter()
     total += sup.run_sweeps(arr, seeds[0], tok_w, tok_ptr, Gk, G, False, beta, alpha, 0, mh_steps, mixture, 1,
-                            sv.eta, sv.rho, sv.kappa, sv.sup_doc, word_prior=word_prior)
+                            sv.eta, sv.rho, sv.kappa, sv.sup_doc, word_prior=word_prior, tries=m)
     t_kernel += time.perf_counter() - t0
     head.begin_batch(None)
     Lr = sv.rows.size
@@ -752,7 +754,7 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
         sv.augment(arr.z)
         t1 = time.perf_counter()
         total += sup.run_sweeps(arr, seeds[sweep + 1], tok_w, tok_ptr, Gk, G, False, beta, alpha, 1, mh_steps,
-                                mixture, 0, sv.eta, sv.rho, sv.kappa, sv.sup_doc, word_prior=word_prior)
+                                mixture, 0, sv.eta, sv.rho, sv.kappa, sv.sup_doc, word_prior=word_prior, tries=m)
         t2 = time.perf_counter()
         if Lr:
             zb = sv.zbar(arr.z)
@@ -772,7 +774,7 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
              "sweeps": n_sweeps, "sampling_seconds": t_kernel + t_head, "kernel_seconds": t_kernel,
              "supervised_seconds": t_head, "changed_per_sweep": float(total[_S_CHANGED]) / max(n_sweeps, 1),
              "exp_proposal_docs_per_sweep": float(total[sup._S_EXP_DOCS]) / max(n_sweeps, 1),
-             "supervised_docs": int(Lr), "eta_retained": kept}
+             "supervised_docs": int(Lr), "eta_retained": kept, "tries": list(m)}
     return arr, stats
 
 
@@ -881,12 +883,13 @@ class AliasEngine:
         doc_acc = np.zeros((D, K))
         seeds = np.random.SeedSequence(seed).generate_state(n_total + 1, dtype=np.uint32)
         sv = _SupervisedSweeps(head, targets, tok_ptr, K)
+        tries = self._tries(K)
         mixture = self.proposal == "mixture"
         word_prior = self.alpha_proposal == "word"
         total = np.zeros(sup.N_STATS, dtype=np.int64)
         total += sup.run_sweeps(arr, seeds[0], tok_w, tok_ptr, Gk, G, True, state.beta, state.alpha, 0,
                                 self.mh_steps, mixture, 2, sv.eta, sv.rho, sv.kappa, sv.sup_doc,
-                                word_prior=word_prior)
+                                word_prior=word_prior, tries=tries)
         t_head = 0.0
         for sweep in range(n_total):
             t0 = time.perf_counter()
@@ -895,7 +898,7 @@ class AliasEngine:
             rec = sweep - n_burn
             total += sup.run_sweeps(arr, seeds[sweep + 1], tok_w, tok_ptr, Gk, G, True, state.beta, state.alpha, 1,
                                     self.mh_steps, mixture, 0, sv.eta, sv.rho, sv.kappa, sv.sup_doc,
-                                    word_prior=word_prior, record_from=0 if rec >= 0 else 1,
+                                    word_prior=word_prior, tries=tries, record_from=0 if rec >= 0 else 1,
                                     z_rec=z_rec[rec:rec + 1] if rec >= 0 and summarize else None,
                                     doc_acc=doc_acc if rec >= 0 else None)
         objective = arr.word_loglik(tok_w, Gk, G, True, state.beta)
@@ -905,7 +908,7 @@ class AliasEngine:
             objective=float(objective),
             stats={"mh_acceptance": _acceptance_sup(total), "alias_rebuilds": int(total[_S_REBUILDS]),
                    "sweeps": n_total, "changed_per_token": float(total[_S_CHANGED]) / max(N * n_total, 1),
-                   "exp_proposal_docs": int(total[sup._S_EXP_DOCS]), "augment_seconds": t_head,
+                   "exp_proposal_docs": int(total[sup._S_EXP_DOCS]), "augment_seconds": t_head, "tries": list(tries),
                    "supervised_docs": int(sv.sup_doc.sum())},
         )
 
@@ -927,7 +930,8 @@ class AliasEngine:
                 tok_w, tok_ptr, batch.uniq.shape[0], state.n_topics, state.alpha, state.beta, state.n_words,
                 n_sweeps, seed, head, targets, mh_steps=self.mh_steps, proposal=self.proposal,
                 table_draws=self.table_draws, callback=callback, callback_every=callback_every,
-                alpha_proposal=self.alpha_proposal, eta_sweeps=eta_sweeps, eta_burn_in=eta_burn_in)
+                alpha_proposal=self.alpha_proposal, eta_sweeps=eta_sweeps, eta_burn_in=eta_burn_in,
+                tries=self.tries)
         else:
             arr, stats = run_batch_sampler(tok_w, tok_ptr, batch.uniq.shape[0], state.n_topics, state.alpha,
                                            state.beta, state.n_words, n_sweeps, seed, mh_steps=self.mh_steps,

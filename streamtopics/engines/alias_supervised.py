@@ -52,7 +52,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .alias import _S_CHANGED, _S_DOC_ACC, _S_DOC_PROP, _S_REBUILDS, _S_WORD_ACC, _S_WORD_PROP
+from .alias import _S_CHANGED, _S_DOC_ACC, _S_DOC_PROP, _S_REBUILDS, _S_WORD_ACC, _S_WORD_PROP, resolve_tries
 from .walker import _next, _prefetch, _rng_state, alias_build
 from .word_rows import (_MAX_LOAD_DEN, _MAX_LOAD_NUM, M_CAP, M_OCC, M_OFF, M_PTR, M_SOFF, M_T, M_VER, M_ZT,
                         _delete, _draw_table, _find, _find_or_insert, _rebuild, _slot, build_shared_prior)
@@ -77,14 +77,19 @@ def _accept(rs, num, den, delta):
 @njit(cache=True, nogil=True)
 def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, nk, Gk, G, dense_prior, beta,
                   alpha, n_sweeps, mh_steps, mixture, word_prior, init, record_from, z_rec, doc_acc,
-                  etaT, rho, kappa, sup_doc, exp_gate, use_exp):
+                  etaT, rho, kappa, sup_doc, exp_gate, use_exp, word_tries, doc_tries):
     """``n_sweeps`` sweeps of supervised Alias-MH; arguments as ``alias.mh_sweeps`` plus
 
     etaT (K, L) the classifier sample transposed (row k = eta_{., k}, contiguous), rho/kappa
     (D, L) the current augmentation coefficients, sup_doc (D,) bool: document d is
     supervised.  Each MH step is a word, a doc and an exp proposal ("cycle") or three
     proposals picked uniformly among them (``mixture`` 1); ``mixture`` 2 uses exp proposals
-    only (tests: the exp kernel alone must keep the target).  Returns the statistics vector
+    only (tests: the exp kernel alone must keep the target).  ``word_tries`` / ``doc_tries``
+    candidates per word / doc step, as in ``alias.mh_sweeps`` (independent multiple-try MH,
+    Liu, Liang & Wong 2000): the word step picks among its candidates by the document factor
+    (n_dk + alpha) and corrects to the regularised target by delayed acceptance (Christen &
+    Fox 2005) with [b(t) exp(g_d(t)) q_i(s)] / [b(s) exp(g_d(s)) q_i(t)]; the doc step picks by
+    p/q_d with p the regularised target itself.  Exp steps stay single-try.  Returns the statistics vector
     (unsupervised slots + exp proposals / acceptances / documents using it / rejections).
     """
     K = nk.shape[0]
@@ -127,12 +132,15 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
         emax[l] = mx
     nd = np.zeros(K, dtype=np.int32)
     P = 3 * mh_steps
-    p_t = np.zeros(P, dtype=np.int64)
+    MT = max(word_tries, doc_tries, 1)  # candidate slots per step
+    p_t = np.zeros(P * MT, dtype=np.int64)
     p_kind = np.zeros(P, dtype=np.int64)
-    p_b = np.zeros(P)
-    p_a = np.zeros(P)
-    p_g = np.zeros(P)
-    p_q = np.zeros(P)
+    p_m = np.ones(P, dtype=np.int64)
+    p_b = np.zeros(P * MT)
+    p_a = np.zeros(P * MT)
+    p_g = np.zeros(P * MT)
+    p_q = np.zeros(P * MT)
+    p_w = np.zeros(MT)
     Ka = K * alpha
     inv_alpha = 1.0 / alpha
     record_docs = doc_acc.shape[0] == D and D > 0
@@ -259,9 +267,13 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                     p_kind[p] = kind
                     if kind == _WORD:
                         n_word += 1
+                        p_m[p] = word_tries
                     elif kind == _DOC:
                         n_doc += 1
-                n_draw = n_word + n_doc if word_prior else n_word
+                        p_m[p] = doc_tries
+                    else:
+                        p_m[p] = 1
+                n_draw = n_word * word_tries + n_doc * doc_tries if word_prior else n_word * word_tries
                 # token i's word proposal q_i without its own contributions (word_rows docstring)
                 b = np.int64(-1)
                 fb = 1.0
@@ -293,7 +305,10 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                 if exp_on:
                     for l in range(L):
                         bs += cy[l] * abs(etaT[s, l]) * emax[l]
-                for p in range(P):
+                for pj in range(P * MT):
+                    p = pj // MT
+                    if pj - p * MT >= p_m[p]:
+                        continue
                     kind = p_kind[p]
                     from_table = kind == _WORD
                     if kind == _EXP:
@@ -350,7 +365,7 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                                 y = (y - Bx) / B_tot * K
                                 bb = min(int(y), K - 1)
                                 t = np.int64(bb if y - bb < Bprob[bb] else Balias[bb])
-                    p_t[p] = t
+                    p_t[pj] = t
                 meta[mu + M_PTR] = ptr
                 # ¬i factors of s
                 es = _find(ent, base, cu, K, s)
@@ -367,7 +382,9 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                     for l in range(L):
                         acc -= vi[l] * etaT[s, l]
                     sg_s = acc
-                for p in range(P):
+                for p in range(P * MT):
+                    if p - (p // MT) * MT >= p_m[p // MT]:
+                        continue
                     t = p_t[p]
                     if t == s:
                         p_b[p] = b_s
@@ -394,12 +411,68 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                 g_cur = sg_s
                 q_c = q_s
                 for p in range(P):
-                    t = p_t[p]
-                    b_t = p_b[p]
-                    a_t = p_a[p]
-                    g_t = p_g[p]
-                    q_t = p_q[p]
                     kind = p_kind[p]
+                    m = p_m[p]
+                    o = p * MT
+                    if m > 1:  # multiple-try word / doc step (docstring); picks candidate o + J
+                        if kind == _WORD:
+                            n_wp += 1
+                            W = 0.0
+                            for j in range(m):
+                                p_w[j] = p_a[o + j]  # pi1 / q_i = n_dk + alpha
+                                W += p_w[j]
+                            w_cur = a_cur
+                        else:
+                            n_dp += 1
+                            gref = g_cur
+                            for j in range(m):
+                                if p_g[o + j] > gref:
+                                    gref = p_g[o + j]
+                            W = 0.0
+                            for j in range(m):
+                                k = o + j
+                                qd = p_a[k] - alpha + ka_z * p_q[k] if word_prior else p_a[k]
+                                p_w[j] = p_a[k] * p_b[k] * math.exp(p_g[k] - gref) / qd  # p / q_d
+                                W += p_w[j]
+                            qd = a_cur - alpha + ka_z * q_c if word_prior else a_cur
+                            w_cur = a_cur * b_cur * math.exp(g_cur - gref) / qd if qd > 0.0 else np.inf
+                        rs, x = _next(rs)
+                        x *= W
+                        J = 0
+                        acc = p_w[0]
+                        while acc <= x and J < m - 1:
+                            J += 1
+                            acc += p_w[J]
+                        k = o + J
+                        t = p_t[k]
+                        if t != cur:
+                            den = W - p_w[J] + w_cur
+                            if not den < np.inf:
+                                continue
+                            rs, ok = _accept(rs, W, den, 0.0)  # I-MTM: min(1, W / (W - w(y_J) + w(x)))
+                            if not ok:
+                                continue
+                            if kind == _WORD:  # stage 2: pi1 -> the regularised target
+                                rs, ok = _accept(rs, p_b[k] * q_c, b_cur * p_q[k], p_g[k] - g_cur)
+                                if not ok:
+                                    continue
+                        if kind == _WORD:
+                            n_wa += 1
+                        else:
+                            n_da += 1
+                        if t == cur:
+                            continue
+                        cur = t
+                        b_cur = p_b[k]
+                        a_cur = p_a[k]
+                        g_cur = p_g[k]
+                        q_c = p_q[k]
+                        continue
+                    t = p_t[o]
+                    b_t = p_b[o]
+                    a_t = p_a[o]
+                    g_t = p_g[o]
+                    q_t = p_q[o]
                     if kind == _WORD:
                         n_wp += 1
                         if t == cur:
@@ -494,10 +567,12 @@ def doc_topic_counts(z, tok_ptr, K, out):
 
 def run_sweeps(arr, seed, tok_w, tok_ptr, Gk, G, dense_prior, beta, alpha, n_sweeps, mh_steps, mixture, init,
                eta, rho, kappa, sup_doc, word_prior=True, record_from=None, z_rec=None, doc_acc=None,
-               exp_gate=EXP_GATE, use_exp=True) -> np.ndarray:
+               exp_gate=EXP_GATE, use_exp=True, tries=(1, 1)) -> np.ndarray:
     """Host wrapper of :func:`sup_mh_sweeps` over a ``SamplerArrays`` (see ``alias.SamplerArrays.run``);
-    ``mixture``: False/0 cycle, True/1 mixture, 2 exp proposals only."""
+    ``mixture``: False/0 cycle, True/1 mixture, 2 exp proposals only; ``tries`` (word, doc)
+    candidates per step (an int for both)."""
     K = arr.nk.shape[0]
+    word_tries, doc_tries = resolve_tries(tries, K)
     etaT = np.ascontiguousarray(np.asarray(eta, dtype=np.float64).T)
     if etaT.shape[1] == 0:
         etaT = np.zeros((K, 1))
@@ -511,4 +586,4 @@ def run_sweeps(arr, seed, tok_w, tok_ptr, Gk, G, dense_prior, beta, alpha, n_swe
                          np.zeros((0, K)) if doc_acc is None else doc_acc,
                          etaT, np.ascontiguousarray(rho, dtype=np.float64),
                          np.ascontiguousarray(kappa, dtype=np.float64), np.ascontiguousarray(sup_doc, dtype=np.bool_),
-                         float(exp_gate), bool(use_exp))
+                         float(exp_gate), bool(use_exp), int(word_tries), int(doc_tries))

@@ -15,6 +15,7 @@ committed offset. Real deployments point the daemon at Apache Kafka instead
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib.resources
 import importlib.util
 import logging
@@ -102,6 +103,36 @@ def _port_accepts(host: str, port: int, timeout: float = 0.2) -> bool:
         return False
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent_preexec():
+    """A ``preexec_fn`` that makes the child die (SIGKILL) when its parent dies, or None.
+
+    Linux only (prctl PR_SET_PDEATHSIG), and only from the main thread: the kernel sends the
+    signal when the *thread* that forked the child exits, so a broker started from a worker
+    thread would die with that thread.  A ``kill -9`` of the owner then takes the broker with
+    it (the exit hooks that stop it on a normal exit never run).  libc is resolved here,
+    before the fork; the child only calls prctl and checks that the parent is still there
+    (it may have died between fork and prctl).
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
 def _terminate(proc: subprocess.Popen, log_fh: IO[bytes] | None,
                grace_s: float = _TERM_GRACE_S) -> None:
     """SIGTERM the broker by its own pid, SIGKILL after ``grace_s`` (0: SIGKILL at once).
@@ -133,7 +164,10 @@ class EmbeddedBroker:
     ``port=None`` picks a free port at the first start(); restart() reuses it.
     Use as a context manager, or call start()/stop(). A broker that is never
     stopped is killed when the Python process exits (weakref.finalize runs
-    at interpreter exit), so it cannot outlive its parent on a normal exit.
+    at interpreter exit), so it cannot outlive its parent on a normal exit;
+    on Linux a broker started from the main thread also gets a parent-death
+    signal, so a SIGKILLed owner (``kill -9`` of ``streamtopics demo``) takes it
+    along. The broker runs in its own session and process group.
     """
 
     def __init__(
@@ -243,10 +277,11 @@ class EmbeddedBroker:
             "--storage-engine", "memory://tansu/",
         ]
         # Own session/process group: a terminal Ctrl-C reaches us, not tansu,
-        # so shutdown always goes through stop().
+        # so shutdown always goes through stop(). Parent-death signal: a kill -9
+        # of this process must not leave the broker running (and listening).
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=log_fh, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True, close_fds=True,
+            env=env, start_new_session=True, close_fds=True, preexec_fn=die_with_parent_preexec(),
         )
         # Safety net for a broker never stopped: runs at garbage collection or
         # interpreter exit; short grace so exit is not held up by open clients.

@@ -1,6 +1,11 @@
 """Wire formats of streamtopics: the one place that knows how messages look.
 
 All three message kinds are msgpack (strings UTF-8, binary as msgpack ``bin``).
+Input documents may also be JSON (``input.format``): ``"msgpack"`` (the default),
+``"json"`` (UTF-8 JSON text, the same schema: an object or an array of objects) or
+``"auto"`` (per message: JSON when the first byte after optional whitespace or a
+UTF-8 BOM is ``{`` or ``[``, msgpack otherwise; neither byte starts a msgpack map
+or array, so no valid msgpack document is mistaken for JSON).
 
 Input documents (topic ``topics.input``)
 ----------------------------------------
@@ -47,18 +52,26 @@ and ``response`` are present only for supervised models. ``model_version``
 counts the global updates the predicting model had seen; ``ts`` is the
 prediction time (seconds since the epoch).
 
-Dead letters (topic ``topics.dead_letter``; message key = null)
------------------------------------------------------------------
+Dead letters (topic ``topics.dead_letter``; message key and headers = those of
+the source record)
+-----------------------------------------------------------------------------
 ``{"reason": str, "detail": str, "index": int|null,
 "source": {"topic": str, "partition": int, "offset": int},
 "raw": bin, "ts": float}`` and, only when ``raw`` was cut to a size bound,
-``"raw_truncated": true, "raw_size": <original length>``.
+``"raw_truncated": true, "raw_size": <original length>``; only when the source
+record had them, ``"key": bin`` (its message key) and ``"headers": [[str,
+bin|null], ...]`` (its headers, in order), so a dead letter can be traced and
+replayed with its routing intact.
 
 ``reason`` is one code from the fixed set ``REASONS``:
 
 - ``message_too_large``  the message exceeds ``limits.max_message_bytes``
 - ``malformed_msgpack``  not decodable: bad or truncated msgpack, trailing
-  bytes, invalid UTF-8, non-string map keys, nesting too deep, empty value
+  bytes, invalid UTF-8, non-string map keys, nesting too deep, empty value;
+  with ``input.format = "msgpack"`` a payload that looks like JSON says so in
+  the detail ("... looks like JSON ...")
+- ``malformed_json``     (``input.format`` json or auto) not decodable as
+  UTF-8 JSON text, or nested too deeply
 - ``not_a_document``     the value (or an array element) is not a map, or
   the value is null (a tombstone)
 - ``empty_batch``        an array message with no elements
@@ -91,6 +104,7 @@ batch with many bad elements does not multiply into copies of the batch.
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 from collections.abc import Iterable, Mapping
@@ -106,6 +120,7 @@ __all__ = [
     "DeadLetter",
     "Document",
     "Limits",
+    "FORMATS",
     "decode_dead_letter",
     "decode_message",
     "decode_prediction",
@@ -113,13 +128,20 @@ __all__ = [
     "encode_document",
     "encode_documents",
     "encode_prediction",
+    "fill_record_meta",
+    "is_array_message",
+    "looks_like_json",
     "prediction_key",
+    "sniff_format",
 ]
+
+FORMATS: tuple[str, ...] = ("msgpack", "json", "auto")
 
 REASONS: frozenset[str] = frozenset(
     {
         "message_too_large",
         "malformed_msgpack",
+        "malformed_json",
         "not_a_document",
         "empty_batch",
         "too_many_documents",
@@ -193,12 +215,73 @@ class DeadLetter:
     partition: int = -1
     offset: int = -1
     raw: bytes = b""
+    key: bytes | None = None  # the source record's message key
+    headers: list[tuple[str, bytes | None]] | None = None  # the source record's headers
 
     def __post_init__(self) -> None:
         # The reason set is a contract with dead-letter consumers: refuse new codes here.
         if self.reason not in ALL_REASONS:
             raise ValueError(f"unknown dead-letter reason {self.reason!r}")
         self.detail = _clip(str(self.detail))
+        self.key = None if self.key is None else bytes(self.key)
+        self.headers = _norm_headers(self.headers)
+
+
+def _norm_headers(headers: Any) -> list[tuple[str, bytes | None]] | None:
+    """Kafka record headers as a list of (str, bytes|None); None when there are none."""
+    if not headers:
+        return None
+    out = []
+    for k, v in headers:
+        if isinstance(k, bytes):
+            k = k.decode("utf-8", "replace")
+        out.append((str(k), None if v is None else bytes(v)))
+    return out
+
+
+def fill_record_meta(dead: Iterable[DeadLetter], records: Iterable[Any]) -> None:
+    """Give dead letters made after decoding (by the daemon: empty_document, model_error) the
+    key and headers of their source record, matched by (topic, partition, offset)."""
+    by_pos = None
+    for dl in dead:
+        if dl.key is not None or dl.headers is not None:
+            continue
+        if by_pos is None:
+            by_pos = {(r.topic, r.partition, r.offset): r for r in records}
+        rec = by_pos.get((dl.topic, dl.partition, dl.offset))
+        if rec is not None:
+            k = getattr(rec, "key", None)
+            dl.key = None if k is None else bytes(k)
+            dl.headers = _norm_headers(getattr(rec, "headers", None))
+
+
+def sniff_format(raw: bytes) -> str:
+    """``"json"`` when the first byte after ASCII whitespace / a UTF-8 BOM is ``{`` or ``[``, else ``"msgpack"``."""
+    i = 3 if raw[:3] == b"\xef\xbb\xbf" else 0
+    n = len(raw)
+    while i < n and raw[i] in b" \t\r\n":
+        i += 1
+    return "json" if i < n and raw[i] in b"{[" else "msgpack"
+
+
+def looks_like_json(raw: bytes) -> bool:
+    """A JSON object or array by its first and last non-blank bytes (for a dead-letter hint)."""
+    if sniff_format(raw) != "json":
+        return False
+    tail = raw.rstrip(b" \t\r\n")
+    return tail[-1:] in (b"}", b"]")
+
+
+def is_array_message(raw: bytes, fmt: str = "msgpack") -> bool:
+    """Whether a message value is an array (minibatch) message in ``fmt`` (auto: sniffed)."""
+    if not raw:
+        return False
+    if fmt == "auto":
+        fmt = sniff_format(raw)
+    if fmt == "json":
+        return raw.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"["
+    b = raw[0]
+    return 0x90 <= b <= 0x9F or b in (0xDC, 0xDD)  # fixarray, array16, array32
 
 
 class _Reject(Exception):
@@ -247,16 +330,24 @@ def decode_message(
     topic: str = "",
     partition: int = -1,
     offset: int = -1,
+    fmt: str = "msgpack",
+    key: bytes | None = None,
+    headers: Iterable[tuple[str, bytes | None]] | None = None,
 ) -> tuple[list[Document], list[DeadLetter]]:
     """Decode one Kafka message value into documents and dead letters.
 
     Never raises: every failure becomes a ``DeadLetter`` carrying the source
-    coordinates. An array message yields its good documents plus one dead
-    letter per bad element (``index`` set).
+    coordinates and the record's ``key`` and ``headers``. An array message yields
+    its good documents plus one dead letter per bad element (``index`` set).
+    ``fmt``: "msgpack", "json" or "auto" (module docstring).
     """
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {FORMATS} (got {fmt!r})")
+    hdrs = _norm_headers(headers)
 
     def dead(reason: str, detail: str, index: int | None = None, data: bytes | None = None) -> DeadLetter:
-        return DeadLetter(reason, detail, index, topic, partition, offset, raw_bytes if data is None else data)
+        return DeadLetter(reason, detail, index, topic, partition, offset, raw_bytes if data is None else data,
+                          key, hdrs)
 
     if raw is None:
         raw_bytes = b""
@@ -276,10 +367,28 @@ def decode_message(
     if n == 0:
         return [], [dead("malformed_msgpack", "message value is empty")]
 
-    try:
-        obj = msgpack.unpackb(raw_bytes, **_unpack_kwargs(limits, n))
-    except Exception as e:  # ValueError family (ExtraData, FormatError, StackError, ...), TypeError, RecursionError, MemoryError
-        return [], [dead("malformed_msgpack", _unpack_error_detail(e))]
+    kind = sniff_format(raw_bytes) if fmt == "auto" else fmt
+    if kind == "json":
+        try:
+            text = raw_bytes.decode("utf-8-sig")
+            obj = json.loads(text)
+        except UnicodeDecodeError as e:
+            return [], [dead("malformed_json", f"not UTF-8 JSON text ({e.reason} at byte {e.start})")]
+        except RecursionError:
+            return [], [dead("malformed_json", "JSON value is nested too deeply")]
+        except ValueError as e:  # json.JSONDecodeError
+            return [], [dead("malformed_json", f"invalid JSON: {e}")]
+    else:
+        text = None
+        try:
+            obj = msgpack.unpackb(raw_bytes, **_unpack_kwargs(limits, n))
+        except Exception as e:  # ValueError family (ExtraData, FormatError, StackError, ...), TypeError, RecursionError, MemoryError
+            detail = _unpack_error_detail(e)
+            if looks_like_json(raw_bytes):
+                detail = (f"{detail}; the payload looks like JSON: set input.format = \"json\" (or \"auto\") "
+                          "to accept JSON documents")
+            return [], [dead("malformed_msgpack", detail)]
+    what = "JSON" if kind == "json" else "msgpack"
 
     if isinstance(obj, dict):
         try:
@@ -290,7 +399,7 @@ def decode_message(
             return [], [dead("not_a_document", f"could not validate document: {type(e).__name__}: {e}")]
 
     if not isinstance(obj, list):
-        return [], [dead("not_a_document", f"message is a msgpack {_tname(obj)}; expected a map or an array of maps")]
+        return [], [dead("not_a_document", f"message is a {what} {_tname(obj)}; expected a map or an array of maps")]
     if not obj:
         return [], [dead("empty_batch", "array message has no documents")]
     if len(obj) > limits.max_docs_per_message:
@@ -305,7 +414,7 @@ def decode_message(
     bad: list[tuple[int, str, str]] = []
     for i, el in enumerate(obj):
         if not isinstance(el, dict):
-            bad.append((i, "not_a_document", f"element {i} is a msgpack {_tname(el)}; expected a map"))
+            bad.append((i, "not_a_document", f"element {i} is a {what} {_tname(el)}; expected a map"))
             continue
         try:
             docs.append(_validate(el, limits))
@@ -315,9 +424,45 @@ def decode_message(
             bad.append((i, "not_a_document", f"element {i}: could not validate: {type(e).__name__}: {e}"))
     if not bad:
         return docs, []
+    if text is not None:
+        spans = _json_element_spans(text, len(obj))
+        dls = [dead(reason, detail, i, text[spans[i][0]:spans[i][1]].encode("utf-8") if spans else None)
+               for i, reason, detail in bad]
+        return docs, dls
     spans = _element_spans(raw_bytes, limits, len(obj))
     dls = [dead(reason, detail, i, raw_bytes[spans[i][0] : spans[i][1]] if spans else None) for i, reason, detail in bad]
     return docs, dls
+
+
+_JSON_WS = " \t\r\n"
+
+
+def _json_element_spans(text: str, count: int) -> list[tuple[int, int]] | None:
+    """Character ranges of the elements of a JSON array message (already known to decode)."""
+    try:
+        dec = json.JSONDecoder()
+        i = 0
+        n = len(text)
+        while i < n and text[i] in _JSON_WS:
+            i += 1
+        if text[i] != "[":
+            return None
+        i += 1
+        spans = []
+        for j in range(count):
+            while text[i] in _JSON_WS:
+                i += 1
+            _, end = dec.raw_decode(text, i)
+            spans.append((i, end))
+            i = end
+            while text[i] in _JSON_WS:
+                i += 1
+            if text[i] not in (",", "]"):
+                return None
+            i += 1
+        return spans
+    except (ValueError, IndexError, RecursionError):
+        return None
 
 
 def _unpack_kwargs(limits: Limits, n: int) -> dict[str, Any]:
@@ -599,6 +744,10 @@ def encode_dead_letter(dl: DeadLetter, *, ts: float, max_raw_bytes: int | None =
         m["raw"] = raw[: max(max_raw_bytes, 0)]
         m["raw_truncated"] = True
         m["raw_size"] = len(raw)
+    if dl.key is not None:
+        m["key"] = bytes(dl.key)
+    if dl.headers:
+        m["headers"] = [[k, v] for k, v in dl.headers]
     return msgpack.packb(m, use_bin_type=True)
 
 

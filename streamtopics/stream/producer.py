@@ -52,6 +52,7 @@ class OutMessage:
     topic: str
     value: bytes
     key: bytes | None = None
+    headers: list[tuple[str, bytes | None]] | None = None  # Kafka record headers (dead letters keep the source's)
 
 
 class PublishAborted(Exception):
@@ -144,7 +145,7 @@ class Publisher:
             p.flush(timeout=self.flush_timeout_s)  # raises KafkaTimeoutError when the broker is away
             while self._inflight >= self.max_inflight and time.monotonic() < deadline:
                 time.sleep(0.001)  # callbacks run on the producer's IO thread
-        fut = p.send(msg.topic, value=msg.value, key=msg.key)
+        fut = p.send(msg.topic, value=msg.value, key=msg.key, headers=msg.headers or None)
         with self._lock:
             self._inflight += 1
         fut.add_both(self._done)

@@ -635,9 +635,7 @@ class SupervisedHead:
         _fold(self.A, self.r, indptr, indices, data, rho, kappa, 1.0)
         if batch_key is not None:
             self._memo[batch_key] = _MemoRecord(indptr, indices, data, rho.copy(), kappa.copy(), 1.0)
-            while self.memo_window is not None and len(self._memo) > self.memo_window:
-                _, old = self._memo.popitem(last=False)
-                self._subtract(old)
+            self.limit_memo(self.memo_window)
         if self._acc_n > 0:
             self.eta_mean = self._acc_sum / self._acc_n
             self.eta_sq_mean = self._acc_sq / self._acc_n
@@ -814,3 +812,25 @@ class SupervisedHead:
 
     def memo_keys(self) -> list:
         return list(self._memo.keys())
+
+    def release_memo(self) -> int:
+        """Forget every memo record, keeping its contribution in the carried statistics.
+
+        For owners that never revisit a batch (a stochastic topic update): the records only
+        serve a revisit, so keeping them would grow memory and snapshots without bound.
+        Returns the number of records released."""
+        n = len(self._memo)
+        self._memo.clear()
+        return n
+
+    def limit_memo(self, window: int | None) -> int:
+        """Set ``memo_window`` and subtract the oldest records beyond it; returns how many."""
+        if window is not None and (not isinstance(window, (int, np.integer)) or window < 1):
+            raise ValueError(f"memo_window must be a positive int or None (got {window!r})")
+        self.memo_window = None if window is None else int(window)
+        n = 0
+        while self.memo_window is not None and len(self._memo) > self.memo_window:
+            _, old = self._memo.popitem(last=False)
+            self._subtract(old)
+            n += 1
+        return n
