@@ -944,13 +944,21 @@ class Daemon:
         mark, self._prepare_mark = self._prepare_mark, None
         untouched = model.version == version and (mark is None or model.undo_prepare(mark))
         if untouched:
+            vocab = model.vocab
             for i in every:
                 try:
                     toks = model.tokenize([texts[i]])
                     if toks[0]:
-                        one = model.prepare(toks, grow=False)
-                        if model.state.initialized:  # a model with no topics yet cannot predict
-                            model.process(one, learn=False)
+                        # With its new words (they may be what fails), undone after the check.
+                        grow = vocab.cap is None or len(vocab) < vocab.cap
+                        one_mark = model.prepare_mark()
+                        try:
+                            one = model.prepare(toks, grow=grow)
+                            if model.state.initialized:  # a model with no topics yet cannot predict
+                                model.process(one, learn=False)
+                        finally:
+                            if grow:
+                                model.undo_prepare(one_mark)
                     if targets is not None and targets[i] is not None:
                         model.head.encode_targets([targets[i]], grow=False, unknown="ignore")
                 except Exception:  # noqa: BLE001
@@ -1257,6 +1265,8 @@ class Daemon:
         extra = {"daemon": {
             "instance": self.instance, "version": __version__, "lineage": self.lineage.id, "seq": seq,
             "ledger": self.ledger.to_dict(), "epochs": self.ledger.epochs(),
+            "topic_ids": {k.rpartition(":")[0]: self.ledger.topic_id(k) for k in self.ledger.keys()
+                          if self.ledger.topic_id(k) is not None},
             "group_id": self.cfg.kafka.group_id, "input": self.cfg.topics.input,
             "batches": self.counts["batches"], "documents": self.counts["documents"],
             "dead_letters": self.counts["dead_letters"]}}
