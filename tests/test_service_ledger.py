@@ -75,6 +75,12 @@ def test_resets_beyond_the_limit_quarantine_the_partition():
     led.release(k)
     now[0] += 100
     assert not led.note_reset(k) and not led.is_quarantined(k)
+    # Resets that each lead to a new log (broker restarts losing data) are not a loop.
+    led3 = OffsetLedger(max_resets=2, window_s=600, clock=lambda: now[0])
+    for i in range(10):
+        assert not led3.note_reset(k)
+        led3.new_epoch(k, f"t{i}")
+    assert not led3.is_quarantined(k)
     # Spread out: never quarantined.
     led2 = OffsetLedger(max_resets=2, window_s=10, clock=lambda: now[0])
     for _ in range(10):

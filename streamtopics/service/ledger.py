@@ -16,7 +16,9 @@ whose offset lies in them is **never learned again**, whatever the broker return
 re-read after a reset of the same log, duplicate or non-monotonic offsets from a broker
 that corrupted its log): ``admit`` skips it with a reason. A partition found reset more
 than ``max_resets`` times within ``window_s`` is **quarantined**: the caller stops reading
-it and reports it (metric, log, readiness) instead of re-reading in a loop.
+it and reports it (metric, log, readiness) instead of re-reading in a loop. A reset that
+turns out to lead to a new log (a new epoch) does not count: only resets that serve again
+what was learned do.
 
 The ledger is saved in every snapshot (``to_dict``/``from_dict``), next to the model it
 describes, so what a snapshot claims and what its model learned cannot drift apart.
@@ -236,6 +238,10 @@ class OffsetLedger:
             del p.past[:-KEEP_EPOCHS]
         p.epoch = _Epoch(p.epoch.number + 1, topic_id)
         p.marks.clear()
+        if p.resets:
+            # The newest reset is explained: it led to a new log, not to the same records again.
+            # Only resets that keep serving what was learned count towards the quarantine.
+            p.resets.pop()
         return p.epoch.number
 
     def set_topic_id(self, key: str, topic_id: str) -> None:
