@@ -170,3 +170,57 @@ def test_lock_of_another_host_waits_for_the_stale_timeout(tmp_path):
     d = DirectoryLock(tmp_path, "me", stale_s=60)
     d.acquire()
     d.release()
+
+
+# --------------------------------------------------------------------------- in the daemon
+
+
+def _daemon(tmp_path):
+    from types import SimpleNamespace
+
+    from streamtopics.config import Config
+    from streamtopics.daemon import Daemon
+
+    d = Daemon(Config.from_dict({"snapshot": {"dir": str(tmp_path)}, "topics": {"input": "docs"}}, env={}),
+               serve_metrics=False)
+    held = []
+    d.consumer = SimpleNamespace(topic_id=lambda topic: "tid", hold=held.append)
+    d.model = SimpleNamespace(version=0)
+    d._assigned = [__import__("kafka").TopicPartition("docs", 0)]
+    d._broker_up = True
+    return d, held
+
+
+def _batch(offsets, tag=b"a", ts=1):
+    from types import SimpleNamespace
+
+    from streamtopics.stream.consumer import RecordBatch
+
+    recs = [SimpleNamespace(offset=o, value=tag + str(o).encode(), timestamp=ts) for o in offsets]
+    return RecordBatch("docs", 0, recs, [None] * len(recs), complete=True)
+
+
+def test_daemon_skips_a_reread_of_the_same_log_and_learns_a_new_one(tmp_path):
+    d, _ = _daemon(tmp_path)
+    first = _batch(range(0, 5))
+    d.ledger.learned("docs:0", 0, 5, fingerprint(first.records[0].value, 1))
+    assert d._admit(_batch(range(0, 5))) is None                  # the same records again: nothing
+    rb = d._admit(_batch(range(3, 8)))
+    assert [r.offset for r in rb.records] == [5, 6, 7]            # only the new ones
+    assert d.metrics.offsets_skipped.labels(reason="already_learned")._value.get() == 7
+    rb = d._admit(_batch(range(0, 5), tag=b"other", ts=2))        # other contents at offset 0
+    assert [r.offset for r in rb.records] == [0, 1, 2, 3, 4] and d.ledger.epoch("docs:0") == 1
+
+
+def test_daemon_quarantines_a_partition_that_keeps_resetting(tmp_path):
+    from kafka import TopicPartition
+
+    d, held = _daemon(tmp_path)
+    tp = TopicPartition("docs", 0)
+    assert d.readiness()[0]
+    for i in range(d.ledger.max_resets + 1):
+        d._on_reset(tp, 100, 0)
+    ok, info = d.readiness()
+    assert not ok and "docs:0" in info["quarantined"] and held == [tp]
+    assert d.metrics.partition_quarantined.labels(partition="0")._value.get() == 1
+    assert d._admit(_batch(range(0, 5))) is None  # nothing more is learned from it
