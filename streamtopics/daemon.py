@@ -7,26 +7,28 @@ One loop, one thread, per batch::
       -> tokenize, prepare            (documents with no token left -> dead letter ``empty_document``)
       -> local step with the current topics = the predictions (prequential), then the global update
       -> publish predictions and dead letters, wait for every acknowledgement
-      -> commit the offsets to the group (advisory)
-      -> snapshot when due (every N batches / T seconds, and at shutdown)
+      -> snapshot when due (after the first learned batch, every N batches / T seconds, and at
+         shutdown), then commit that snapshot's offsets to the group
 
-Exactly-once learning. The model in memory always travels with ``offsets``
-(``"topic:partition" -> next offset``): both change together right after a
-batch is learned, and every snapshot stores both in one atomic file. At start
-the newest *valid* snapshot is loaded (corrupt or truncated files are skipped
-with a warning and ``streamtopics_snapshot_load_failures_total``), and on every
-partition assignment each partition is sought to the model's offset (partitions
-the model never saw: the group's committed offset, else earliest). Records read
-again after a crash are therefore predicted again (same id; downstream
-deduplicates) but learned only by a model that had not learned them. Batches
-are cut deterministically from a partition's offsets and the memoized update is
-keyed by ``"topic:partition:first_offset"``, so a restarted daemon replays the
-very batches an uninterrupted one would have learned.
+Exactly-once learning (docs/exactly-once.md). The model in memory always travels with its
+offset ledger (``service/ledger.py``: learned offset ranges per partition and log epoch): both
+change together right after a batch is learned, and every snapshot stores both in one atomic
+file, with the lineage (id, sequence) and this instance's id. At start the newest *valid*
+snapshot is loaded (corrupt or truncated files are skipped with a warning and
+``streamtopics_snapshot_load_failures_total``), and on every partition assignment each partition
+is sought to the ledger's position (no snapshot at all: earliest; a partition this lineage never
+saw: the group's committed offset, else earliest). The group's committed offsets only ever come
+from written snapshots (``CommitGate``), so they never pass what a snapshot holds. Records read
+again after a crash are therefore predicted again (same id; downstream deduplicates) but learned
+only by a model that had not learned them; a record whose offset the ledger holds is never
+learned again, whatever the broker returns. Batches are cut deterministically from a
+partition's offsets and the memoized update is keyed by ``"topic:partition:first_offset"``, so a
+restarted daemon replays the very batches an uninterrupted one would have learned.
 
-A snapshot is written only when every prediction of the learned batches has
-been acknowledged (so a snapshot never claims documents whose predictions were
-lost). Disk errors are counted and logged; the daemon keeps running and keeps
-the previous snapshots.
+A snapshot is written only when every prediction of the learned batches has been acknowledged
+(so a snapshot never claims documents whose predictions were lost). Disk errors are counted and
+logged; the daemon keeps running and keeps the previous snapshots; a failed *final* snapshot
+exits with status 1. One daemon per snapshot directory (``service/checkpoint.py`` lock).
 
 Kafka errors never end the loop: the broker being away shows as
 ``streamtopics_broker_up 0`` and a failing ``/readyz``; polling and publishing
@@ -43,7 +45,6 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
