@@ -15,7 +15,8 @@ broker (tansu, loopback), fed by a paced producer of Reuters R8 documents.
 * final snapshot on a full disk (a real ENOSPC on a tiny tmpfs when mounting is allowed, else
   the injected one): exit status 1, the group's offsets stay at the last good snapshot, and a
   restart with space again learns what was missing, exactly once.
-* a second daemon on the same snapshot directory: refused with the owner named (exit 2).
+* a second daemon on the same snapshot directory: refused with the owner named (exit 2)
+  (checked inside the full-disk test, while its first daemon runs).
 """
 from __future__ import annotations
 
@@ -116,6 +117,14 @@ def _all_predicted(bootstrap: str, topic: str, want: set, timeout_s: float) -> N
           interval=0.5)
 
 
+def _caught_up(proc: _Proc, n_docs: int, timeout_s: float = 120) -> None:
+    """The restarted daemon has learned the ``n_docs`` documents after the snapshot it loaded
+    (predictions of a killed run can make "every document predicted" true earlier)."""
+    url = _metrics_url(proc)
+    _wait(lambda: _samples(url)[("streamtopics_documents_total", ())] >= n_docs, timeout_s,
+          f"{n_docs} documents learned after the restart", interval=0.5)
+
+
 # --------------------------------------------------------------------------- kill -9
 
 
@@ -140,6 +149,7 @@ def _kill_trial(broker, fresh_topic, tmp_path: Path, seed: int, n: int) -> dict:
     pacer.join(60)
     want = {msgpack.unpackb(v)["id"] for v in values}
     _all_predicted(broker.bootstrap, topics["output"], want, 120)
+    _caught_up(b, n - int(at_kill))
     assert b.finish(signal.SIGTERM) == 0
     final = _model_arrays(_stopped(b)["last_snapshot"])
     clean = _reference(broker, fresh_topic, tmp_path, n)
@@ -174,6 +184,7 @@ def test_kill9_at_random_moments_with_shipped_settings_learns_exactly_once(broke
         a.wait_ready(90)
     pacer.join(60)
     _all_predicted(broker.bootstrap, topics["output"], {msgpack.unpackb(v)["id"] for v in values}, 120)
+    _caught_up(a, n - kills[-1][1])
     assert a.finish(signal.SIGTERM) == 0
     final = _model_arrays(_stopped(a)["last_snapshot"])
     print(f"\nkill -9 x2 (kill time s, snapshot docs at kill): {kills}; docs_seen {final[1]} of {n}")
@@ -336,8 +347,24 @@ def _committed(bootstrap: str, group: str, topic: str) -> int | None:
         c.close()
 
 
-def test_final_snapshot_on_a_full_disk_exits_nonzero_and_loses_nothing(broker, fresh_topic, tmp_path,
-                                                                     monkeypatch):
+def _second_daemon_is_refused(cfg_path: Path, tmp_path: Path, owner: _Proc) -> None:
+    """Another daemon with the same configuration (same snapshot directory) exits with status 2
+    and names the owner; the owner runs on."""
+    b = _Proc(cfg_path, tmp_path / "second.log")
+    rc = b.p.wait(timeout=60)
+    b.fh.close()
+    assert rc == 2, b.log_path.read_text()[-2000:]
+    refused = next(e for e in b.logs() if str(e.get("msg", "")).startswith("refusing to start"))
+    assert "in use by another streamtopics daemon" in refused["msg"]
+    assert refused["owner"]["pid"] == owner.p.pid and refused["owner"]["instance"]
+    assert owner.p.poll() is None
+    print("\nsecond daemon: exit status 2: " + refused["msg"][:160] + " ...")
+
+
+def test_full_disk_at_shutdown_and_a_second_daemon(broker, fresh_topic, tmp_path, monkeypatch):
+    """The final snapshot meets a full disk: exit status 1, the group's offsets stay at the last
+    good snapshot, a restart learns the rest exactly once. While the first daemon runs, a second
+    one on the same snapshot directory is refused."""
     n = 512
     topics = _topics(fresh_topic)
     snaps = tmp_path / "snapfs"
@@ -352,6 +379,7 @@ def test_final_snapshot_on_a_full_disk_exits_nonzero_and_loses_nothing(broker, f
         a = _Proc(cfg_path, tmp_path / "a.log")
         monkeypatch.delenv(ENV, raising=False)
         a.wait_ready()
+        _second_daemon_is_refused(cfg_path, tmp_path, a)
         _wait(lambda: list(snaps.glob("*.stsnap")), 60, "the first (early) snapshot")
         first = load_snapshot(max(snaps.glob("*.stsnap")))
         assert first.state.docs_seen == 256
@@ -368,6 +396,9 @@ def test_final_snapshot_on_a_full_disk_exits_nonzero_and_loses_nothing(broker, f
               f"committed offset stays 256 of {n}")
         if filler is not None:
             filler.unlink()
+        lock = DirectoryLock(snaps, "next")  # released at exit: the next owner gets it at once
+        lock.acquire()
+        lock.release()
         b = _Proc(cfg_path, tmp_path / "b.log")
         b.wait_ready()
         url = _metrics_url(b)
@@ -380,27 +411,3 @@ def test_final_snapshot_on_a_full_disk_exits_nonzero_and_loses_nothing(broker, f
     finally:
         if real:
             subprocess.run(["umount", "-l", str(snaps)], capture_output=True)
-
-
-# --------------------------------------------------------------------------- one writer
-
-
-def test_second_daemon_on_the_same_snapshot_directory_is_refused(broker, fresh_topic, tmp_path):
-    topics = _topics(fresh_topic)
-    cfg_path = _write_toml(tmp_path / "daemon.toml", _shipped(broker.bootstrap, topics, tmp_path / "snaps"))
-    a = _Proc(cfg_path, tmp_path / "a.log")
-    a.wait_ready()
-    b = _Proc(cfg_path, tmp_path / "b.log")
-    rc = b.p.wait(timeout=60)
-    b.fh.close()
-    text = b.log_path.read_text()
-    assert rc == 2, text[-2000:]
-    refused = next(e for e in b.logs() if str(e.get("msg", "")).startswith("refusing to start"))
-    assert "in use by another streamtopics daemon" in refused["msg"]
-    assert refused["owner"]["pid"] == a.p.pid and refused["owner"]["instance"]
-    print("\nsecond daemon: exit status 2: " + refused["msg"][:200])
-    assert a.p.poll() is None  # the owner runs on
-    assert a.finish(signal.SIGTERM) == 0
-    lock = DirectoryLock(tmp_path / "snaps", "next")  # released on exit: the next owner gets it
-    lock.acquire()
-    lock.release()
