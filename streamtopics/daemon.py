@@ -7,26 +7,28 @@ One loop, one thread, per batch::
       -> tokenize, prepare            (documents with no token left -> dead letter ``empty_document``)
       -> local step with the current topics = the predictions (prequential), then the global update
       -> publish predictions and dead letters, wait for every acknowledgement
-      -> commit the offsets to the group (advisory)
-      -> snapshot when due (every N batches / T seconds, and at shutdown)
+      -> snapshot when due (after the first learned batch, every N batches / T seconds, and at
+         shutdown), then commit that snapshot's offsets to the group
 
-Exactly-once learning. The model in memory always travels with ``offsets``
-(``"topic:partition" -> next offset``): both change together right after a
-batch is learned, and every snapshot stores both in one atomic file. At start
-the newest *valid* snapshot is loaded (corrupt or truncated files are skipped
-with a warning and ``streamtopics_snapshot_load_failures_total``), and on every
-partition assignment each partition is sought to the model's offset (partitions
-the model never saw: the group's committed offset, else earliest). Records read
-again after a crash are therefore predicted again (same id; downstream
-deduplicates) but learned only by a model that had not learned them. Batches
-are cut deterministically from a partition's offsets and the memoized update is
-keyed by ``"topic:partition:first_offset"``, so a restarted daemon replays the
-very batches an uninterrupted one would have learned.
+Exactly-once learning (docs/exactly-once.md). The model in memory always travels with its
+offset ledger (``service/ledger.py``: learned offset ranges per partition and log epoch): both
+change together right after a batch is learned, and every snapshot stores both in one atomic
+file, with the lineage (id, sequence) and this instance's id. At start the newest *valid*
+snapshot is loaded (corrupt or truncated files are skipped with a warning and
+``streamtopics_snapshot_load_failures_total``), and on every partition assignment each partition
+is sought to the ledger's position (no snapshot at all: earliest; a partition this lineage never
+saw: the group's committed offset, else earliest). The group's committed offsets only ever come
+from written snapshots (``CommitGate``), so they never pass what a snapshot holds. Records read
+again after a crash are therefore predicted again (same id; downstream deduplicates) but learned
+only by a model that had not learned them; a record whose offset the ledger holds is never
+learned again, whatever the broker returns. Batches are cut deterministically from a
+partition's offsets and the memoized update is keyed by ``"topic:partition:first_offset"``, so a
+restarted daemon replays the very batches an uninterrupted one would have learned.
 
-A snapshot is written only when every prediction of the learned batches has
-been acknowledged (so a snapshot never claims documents whose predictions were
-lost). Disk errors are counted and logged; the daemon keeps running and keeps
-the previous snapshots.
+A snapshot is written only when every prediction of the learned batches has been acknowledged
+(so a snapshot never claims documents whose predictions were lost). Disk errors are counted and
+logged; the daemon keeps running and keeps the previous snapshots; a failed *final* snapshot
+exits with status 1. One daemon per snapshot directory (``service/checkpoint.py`` lock).
 
 Kafka errors never end the loop: the broker being away shows as
 ``streamtopics_broker_up 0`` and a failing ``/readyz``; polling and publishing
@@ -37,14 +39,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 import signal
 import socket
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -58,8 +58,10 @@ from . import __version__
 from .config import Config, ConfigError, ModelConfig
 from .engines.alias import default_tries
 from .metrics import PROPOSALS, Metrics, MetricsServer
-from .model import TopicModel, load_snapshot
-from .snapshot import SnapshotWriteError, snapshot_name
+from .model import TopicModel
+from .service.checkpoint import CommitGate, DirectoryLock, Lineage, LockHeld, SnapshotStore
+from .service.ledger import OffsetLedger, fingerprint
+from .snapshot import SnapshotWriteError
 from .stream import faults
 from .stream.codec import (
     ALL_REASONS,
@@ -84,9 +86,7 @@ TOP_TOPICS = 10          # at most this many [topic, proportion] pairs per predi
 MIN_TOPIC_PROB = 0.01    # ... each at least this large (the largest one is always kept)
 RATE_TAU_S = 10.0        # time constant of the docs/s and tokens/s moving averages
 PROGRESS_LOG_S = 30.0    # an INFO "progress" line this often
-COMMIT_INTERVAL_S = 1.0  # acknowledged offsets are committed to the group at most this often
 SNAPSHOT_ACK_WAIT_S = 5.0  # a due snapshot waits this long for acknowledgements, then is postponed
-_SNAPSHOT_RE = re.compile(r"^model-(\d{12,})-(\d{8}T\d{6}Z)\.stsnap$")
 
 
 # --------------------------------------------------------------------------- configuration
@@ -115,6 +115,15 @@ def model_from_config(m: ModelConfig) -> TopicModel:
         sup_ell=m.sup_ell or None, sup_epsilon=m.sup_epsilon or None, sup_prior_var=m.sup_prior_var,
         sup_decay=m.sup_decay, burn_in=m.burn_in, sample_sweeps=m.sample_sweeps, mh_steps=m.mh_steps,
         tries=_alias_tries(m))
+
+
+def prequential_window(cfg: Config) -> int:
+    """Documents the prequential accuracy averages over: ``metrics.prequential_window``;
+    the older ``model.prequential_window`` still counts where only it was changed."""
+    default = type(cfg.metrics)().prequential_window
+    if cfg.metrics.prequential_window == default and cfg.model.prequential_window != default:
+        return cfg.model.prequential_window
+    return cfg.metrics.prequential_window
 
 
 def _alias_tries(m: ModelConfig) -> tuple[int, int] | None:
@@ -192,77 +201,6 @@ def ensure_topics(cfg: Config, timeout_s: float = 15.0, created: list[str] | Non
     return counts
 
 
-# --------------------------------------------------------------------------- snapshots
-
-
-class SnapshotStore:
-    """The snapshot directory: newest-valid loading, atomic writes, keep the last R."""
-
-    def __init__(self, directory: str | os.PathLike, keep: int, metrics: Metrics) -> None:
-        self.dir = Path(directory)
-        self.keep = max(1, int(keep))
-        self.metrics = metrics
-
-    def files(self) -> list[Path]:
-        """Snapshot files, newest first (by model version, then modification time)."""
-        try:
-            entries = list(self.dir.iterdir())
-        except FileNotFoundError:
-            return []
-        found = []
-        for p in entries:
-            m = _SNAPSHOT_RE.match(p.name)
-            if m is None:
-                continue
-            try:
-                mtime = p.stat().st_mtime_ns
-            except OSError:
-                continue
-            found.append((int(m.group(1)), mtime, p.name, p))
-        found.sort(reverse=True)
-        return [f[3] for f in found]
-
-    def load_newest(self, skip: set[str] | None = None) -> tuple[TopicModel, Path] | None:
-        """The newest snapshot that loads; corrupt ones are logged, counted and skipped."""
-        for path in self.files():
-            if skip is not None and path.name in skip:
-                continue
-            try:
-                model = load_snapshot(path)
-            except Exception as exc:  # noqa: BLE001 - SnapshotError, or a header from another program
-                self.metrics.snapshot_load_failures.inc()
-                log.warning("skipping unusable snapshot", extra={"path": str(path), "error": str(exc)})
-                if skip is not None:
-                    skip.add(path.name)
-                continue
-            return model, path
-        return None
-
-    def write(self, model: TopicModel, offsets: dict[str, int], extra: dict) -> tuple[Path, int]:
-        """Write atomically; raises SnapshotWriteError. Returns (path, bytes)."""
-        path = self.dir / snapshot_name(model.version)
-        nbytes = model.save(path, offsets=offsets, extra=extra)
-        return path, nbytes
-
-    def prune(self) -> list[Path]:
-        removed = []
-        for p in self.files()[self.keep:]:
-            try:
-                p.unlink()
-                removed.append(p)
-            except OSError as exc:
-                log.warning("could not delete an old snapshot", extra={"path": str(p), "error": str(exc)})
-        return removed
-
-    def clean_temp(self) -> None:
-        """Remove temp files left by a write that a crash interrupted."""
-        try:
-            for p in self.dir.glob(".model-*.stsnap.*.tmp"):
-                p.unlink(missing_ok=True)
-        except OSError:
-            pass
-
-
 # --------------------------------------------------------------------------- the daemon
 
 
@@ -307,16 +245,18 @@ class Daemon:
         self.store = SnapshotStore(cfg.snapshot.dir, cfg.snapshot.keep, self.metrics)
         self.server: MetricsServer | None = None
         self.model: TopicModel | None = None
-        self.offsets: dict[str, int] = {}
-        self.epochs: dict[str, int] = {}
-        self.topic_ids: dict[str, str] = {}  # broker topic ids (KIP-516) of the logs ``offsets`` refer to
+        # Learned offsets per partition and log epoch (service/ledger.py): saved in every
+        # snapshot; where reading resumes, and what is never learned again.
+        self.ledger = OffsetLedger()
+        self.lineage = Lineage.new()  # this model's history (adopted from a loaded snapshot)
+        self.lock = DirectoryLock(cfg.snapshot.dir, self.instance)  # one writer per snapshot directory
+        self.gate = CommitGate()  # the group's commits follow durable snapshots only
         self._left_topic_ids: dict[str, str] = {}  # ids of logs found reset behind us (never recorded again)
+        self._reread: set[str] = set()  # partitions found reset: re-read from their beginning
         self.consumer: BatchingConsumer | None = None
         self.publisher: Publisher | None = None
         self.pipeline: PublishPipeline | None = None
         self.acked: dict[str, int] = {}  # offsets whose predictions the broker has acknowledged
-        self._to_commit: dict[TopicPartition, int] = {}
-        self._last_commit = 0.0
         self.last_snapshot: Path | None = None
         self._known_snapshots: set[str] = set()
         self._stop = threading.Event()
@@ -326,6 +266,8 @@ class Daemon:
         self._dirty = False            # state differs from the newest snapshot
         self._publish_failed = False   # a learned batch's predictions could not be published (shutdown)
         self._in_batch: tuple | None = None  # (partition key, next offset) of the batch being learned
+        self._span: tuple = (0, 0, None)  # (first, next offset, head fingerprint) of that batch
+        self._prepare_mark: tuple | None = None  # restore point of the model before its prepare()
         # Set while this thread runs GIL-free (numba kernels, or blocked waiting for records);
         # the publisher thread does its GIL-bound encoding and sending only then (PublishPipeline).
         self._gil_free = threading.Event()
@@ -351,12 +293,21 @@ class Daemon:
         self.dead_by_reason: dict[str, int] = {}
         self.error: BaseException | None = None
         self._status: dict[str, Any] = {}
-        self._prequential: deque[bool] = deque(maxlen=cfg.model.prequential_window)
+        self._prequential: deque[bool] = deque(maxlen=prequential_window(cfg))
         self._prequential_accuracy: float | None = None
         # (documents learned, windowed accuracy) once per batch; bounded for a never-ending stream
         self._prequential_curve: deque[tuple[int, float]] = deque(maxlen=2000)
         self.stale_after_s = max(10.0, 5 * cfg.batch.max_wait_ms / 1000.0)
         self._poll_tick_s = min(0.5, max(0.05, cfg.batch.max_wait_ms / 1000.0))
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        """``"topic:partition" -> next offset`` the model has learned up to (current epochs)."""
+        return self.ledger.positions()
+
+    @property
+    def epochs(self) -> dict[str, int]:
+        return self.ledger.epochs()
 
     # -- control -----------------------------------------------------------------------
 
@@ -396,11 +347,16 @@ class Daemon:
         return alive, {"loop_heartbeat_age_s": round(age, 3), "stale_after_s": self.stale_after_s}
 
     def readiness(self) -> tuple[bool, dict]:
-        ok = bool(self._assigned) and self._broker_up and self.model is not None and not self._stop.is_set()
-        return ok, {"partitions": [tp.partition for tp in self._assigned], "broker_up": self._broker_up,
-                    "model_ready": self.model is not None,
-                    "model_version": self.model.version if self.model is not None else None,
-                    "stopping": self._stop.is_set()}
+        quarantined = self.ledger.quarantined()
+        ok = (bool(self._assigned) and self._broker_up and self.model is not None and not self._stop.is_set()
+              and not quarantined)
+        out = {"partitions": [tp.partition for tp in self._assigned], "broker_up": self._broker_up,
+               "model_ready": self.model is not None,
+               "model_version": self.model.version if self.model is not None else None,
+               "stopping": self._stop.is_set()}
+        if quarantined:
+            out["quarantined"] = quarantined
+        return ok, out
 
     def status(self) -> dict[str, Any]:
         """A consistent copy of the progress counters (safe from other threads)."""
@@ -409,26 +365,36 @@ class Daemon:
     # -- main --------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run until stopped. Returns the process exit code (0 after a graceful stop)."""
+        """Run until stopped. Returns the process exit code: 0 after a graceful stop whose final
+        snapshot holds everything learned; 1 on errors, or when the final snapshot failed (the
+        group's offsets then stay at the last good snapshot); 2 when another daemon owns the
+        snapshot directory."""
+        rc = 0
         try:
-            self._startup()
-            while not self._stop.is_set():
-                self._tick()
-                faults.hit("poll")
-                rb = self.consumer.next_batch(self._poll_tick_s, should_stop=self._stop.is_set)
-                self._tick()
-                if rb is not None:
-                    self._process(rb)
-                self._housekeeping()
-            return 0 if self.error is None else 1
-        except Exception as exc:
-            self.error = exc
-            log.exception("daemon failed", extra={"error": repr(exc)})
-            return 1
+            try:
+                self._startup()
+                while not self._stop.is_set():
+                    self._tick()
+                    faults.hit("poll")
+                    rb = self.consumer.next_batch(self._poll_tick_s, should_stop=self._stop.is_set)
+                    self._tick()
+                    if rb is not None:
+                        self._process(rb)
+                    self._housekeeping()
+                rc = 0 if self.error is None else 1
+            except LockHeld as exc:
+                self.error = exc
+                log.error("refusing to start: " + str(exc), extra={"owner": exc.owner})
+                rc = 2
+            except Exception as exc:
+                self.error = exc
+                log.exception("daemon failed", extra={"error": repr(exc)})
+                rc = 1
         finally:
             self._started.set()
-            self._shutdown()
+            final_ok = self._shutdown()
             self._finished.set()
+        return rc if rc or final_ok else 1
 
     def _tick(self) -> None:
         self._beat = time.monotonic()
@@ -454,6 +420,7 @@ class Daemon:
         log.info("streamtopics daemon starting", extra={
             "version": __version__, "instance": self.instance, "config": cfg.to_dict(),
             "metrics_url": self.metrics_url})
+        self.lock.acquire()  # LockHeld: another daemon writes this snapshot directory
         self._load_model()
         faults.hit("model_loaded")
         self._started.set()  # the metrics endpoint answers and the model is loaded
@@ -465,8 +432,13 @@ class Daemon:
         found = self.store.load_newest(skip=self._known_snapshots)
         if found is None:
             self.model = model_from_config(self.cfg.model)
-            self.offsets, self.epochs, self.topic_ids = {}, {}, {}
-            log.info("no usable snapshot: starting a new model", extra={"snapshot_dir": str(self.store.dir)})
+            self.ledger = OffsetLedger()
+            self.lineage = Lineage.new()
+            self.gate = CommitGate()
+            log.info("no usable snapshot: starting a new model that reads every partition from its "
+                     "earliest offset (the group's committed offsets never pass a snapshot, so without "
+                     "one they do not say what a model learned)",
+                     extra={"snapshot_dir": str(self.store.dir), "lineage": self.lineage.id})
         else:
             self._adopt(*found)
         self._known_snapshots.update(p.name for p in self.store.files())
@@ -474,11 +446,18 @@ class Daemon:
 
     def _adopt(self, model: TopicModel, path: Path) -> None:
         info = model.snapshot_info
-        self.model = model
-        self.offsets = {str(k): int(v) for k, v in (info.get("offsets") or {}).items()}
+        offsets = {str(k): int(v) for k, v in (info.get("offsets") or {}).items()}
         daemon_extra = (info.get("extra") or {}).get("daemon") or {}
-        self.epochs = {str(k): int(v) for k, v in (daemon_extra.get("epochs") or {}).items()}
-        self.topic_ids = {str(k): str(v) for k, v in (daemon_extra.get("topic_ids") or {}).items()}
+        if daemon_extra.get("ledger"):
+            ledger = OffsetLedger.from_dict(daemon_extra["ledger"])
+        else:  # written before ledgers: [0, offset) learned in the saved epoch
+            topic_ids = {str(k): str(v) for k, v in (daemon_extra.get("topic_ids") or {}).items()}
+            ledger = OffsetLedger.from_offsets(offsets, daemon_extra.get("epochs") or {}, topic_ids)
+        self.model = model
+        self.ledger = ledger
+        self.lineage = Lineage.of(info) or Lineage.new()
+        self.gate.durable(ledger.positions())
+        self._reread.clear()
         self.last_snapshot = path
         self._known_snapshots.add(path.name)
         self._dirty = False
@@ -487,7 +466,8 @@ class Daemon:
         diffs = _param_differences(model, self.cfg.model)
         log.info("model loaded from snapshot", extra={
             "path": str(path), "version": model.version, "docs_seen": model.state.docs_seen,
-            "offsets": self.offsets, "vocabulary": len(model.vocab)})
+            "offsets": self.offsets, "vocabulary": len(model.vocab), "lineage": self.lineage.id,
+            "seq": self.lineage.seq})
         if diffs:
             log.warning("snapshot model settings differ from [model]; the snapshot's are kept",
                         extra={"differences": {k: {"snapshot": a, "config": b} for k, (a, b) in diffs.items()}})
@@ -648,48 +628,79 @@ class Daemon:
             # Called from the prefetch poll in the middle of a batch: that batch will be learned,
             # so its partition resumes after it; the model must not be swapped now.
             batch_key, next_offset = self._in_batch
-            return next_offset if batch_key == key else self.offsets.get(key)
+            return next_offset if batch_key == key else self.ledger.position(key)
         self._maybe_follow_newer_snapshot()
-        if key in self.offsets and self._topic_recreated(tp.topic):
+        if key in self._reread:
+            return 0  # its log was found reset: from the beginning (the ledger skips what was learned)
+        if self.ledger.position(key) is not None and self._topic_recreated(tp.topic):
             return 0  # a new log: from its beginning (out of range on a trimmed log -> earliest)
-        return self.offsets.get(key)
+        pos = self.ledger.position(key)
+        if pos is None and (self.last_snapshot is None or key in self.ledger.keys()):
+            # Nothing learned from this log by this model's lineage. Without any snapshot the
+            # group's committed offset means nothing (commits never pass a snapshot: a committed
+            # offset without one is a lost lineage's): read from the earliest offset. A known
+            # partition in a new epoch: its new log from the beginning.
+            return 0
+        return pos  # None: a partition this lineage never saw -> the group's committed offset
+
+    def _topic_id_now(self, topic: str) -> str | None:
+        """The consumer's topic id of ``topic``, None when unknown or still naming a log we left."""
+        now = self.consumer.topic_id(topic) if self.consumer is not None else None
+        return None if now is None or now == self._left_topic_ids.get(topic) else now
+
+    def _saved_topic_id(self, topic: str) -> str | None:
+        for key in self.ledger.keys():
+            if key.rpartition(":")[0] == topic and self.ledger.topic_id(key) is not None:
+                return self.ledger.topic_id(key)
+        return None
 
     def _topic_recreated(self, topic: str) -> bool:
         """The topic the saved offsets refer to was deleted and created again (another topic id):
-        its offsets mean nothing in the new log, even where they are in range. Forget them."""
-        saved = self.topic_ids.get(topic)
-        now = self.consumer.topic_id(topic) if self.consumer is not None else None
-        if saved is None or now is None or saved == now or now == self._left_topic_ids.get(topic):
-            return False  # (the last case: stale metadata still naming a log we already left)
+        its offsets mean nothing in the new log, even where they are in range. New epochs."""
+        saved = self._saved_topic_id(topic)
+        now = self._topic_id_now(topic)
+        if saved is None or now is None or saved == now:
+            return False
         log.warning("topic was recreated since the model's offsets were saved (another topic id): "
                     "reading it from its beginning", extra={"topic": topic, "saved_topic_id": saved,
                                                             "topic_id": now})
-        for key in [k for k in self.offsets if k.rpartition(":")[0] == topic]:
-            self.offsets.pop(key)
-            self.epochs[key] = self.epochs.get(key, 0) + 1
+        for key in [k for k in self.ledger.keys() if k.rpartition(":")[0] == topic]:
+            self.ledger.new_epoch(key, now)
             self.metrics.partition_resets.inc()
-        self.topic_ids[topic] = now
         self._dirty = True
         return True
 
     def _maybe_follow_newer_snapshot(self) -> None:
-        """On assignment: a snapshot this process did not write nor load means another
-        instance advanced the shared state (failover): adopt it. Otherwise the in-memory
-        model and offsets are already the newest consistent pair."""
+        """On assignment: a snapshot this process did not write nor load. With the directory
+        lock there is no other writer; a file that appears anyway (copied in, or written before a
+        lock takeover) replaces the model only when it continues this model's lineage with a
+        higher sequence and no fewer documents - never by its file name alone."""
         if self.model is None:
             return
-        newest = [p for p in self.store.files() if p.name not in self._known_snapshots]
-        if not newest:
+        if not [p for p in self.store.files() if p.name not in self._known_snapshots]:
             return
-        found = self.store.load_newest(skip=self._known_snapshots)
-        if found is not None:
-            log.warning("a newer snapshot from another instance appeared; adopting it",
-                        extra={"path": str(found[1])})
-            self._adopt(*found)
-            self._update_model_metrics()
+        while True:
+            found = self.store.load_newest(skip=self._known_snapshots)
+            if found is None:
+                return
+            model, path = found
+            self._known_snapshots.add(path.name)
+            ok, why = self.lineage.may_adopt(Lineage.of(model.snapshot_info), int(model.state.docs_seen),
+                                             int(self.model.state.docs_seen))
+            if ok:
+                log.warning("a newer snapshot of this model's lineage appeared; adopting it",
+                            extra={"path": str(path), "why": why})
+                self._adopt(model, path)
+                self._update_model_metrics()
+                return
+            log.warning("ignoring a snapshot this daemon did not write", extra={"path": str(path), "why": why})
 
     def _on_assigned(self, tps: list[TopicPartition]) -> None:
         self._assigned = sorted(set(self._assigned) | set(tps))
+        self.gate.forget()
+        for tp in tps:
+            if self.ledger.is_quarantined(_tp_key(tp.topic, tp.partition)) and self.consumer is not None:
+                self.consumer.hold(tp)
         faults.hit("assigned")
 
     def _on_revoked(self, tps: list[TopicPartition]) -> None:
@@ -698,35 +709,71 @@ class Daemon:
         for tp in gone:
             self.metrics.forget_partition(tp.partition)
 
-    def _record_topic_id(self, topic: str) -> None:
-        """Remember which log (topic id) the offsets of ``topic`` refer to, after learning from it."""
+    def _record_topic_id(self, key: str, topic: str) -> None:
+        """Remember which log (topic id) the offsets of ``key`` refer to, after learning from it."""
         tid = self.consumer.topic_id(topic) if self.consumer is not None else None
         if tid is None or tid == self._left_topic_ids.get(topic):
             # After a log reset the client's metadata can still name the log we left; recording
             # that id would make the next assignment think the topic was recreated again and
-            # re-read (and learn twice) what was just learned. Wait for the new id.
+            # re-read what was just learned. Wait for the new id.
             return
         self._left_topic_ids.pop(topic, None)
-        self.topic_ids[topic] = tid
+        self.ledger.set_topic_id(key, tid)
 
     def _on_reset(self, tp: TopicPartition, expected: int, highwater: int) -> None:
+        """The consumer found the log behind our position and re-reads it from its beginning.
+        Whether it is a new log (new epoch) or the same one served again is decided by the
+        ledger when the records arrive; records already learned are never learned again."""
         key = _tp_key(tp.topic, tp.partition)
         if self._in_batch is not None and self._in_batch[0] == key:
-            self._in_batch = (None, None)  # the batch belongs to the old log: do not record its offset
-        left = self.topic_ids.pop(tp.topic, None)  # the old log's id; the new one is recorded on learning
+            self._in_batch = (None, None)  # the batch belongs to a log we left: do not record its offset
+        left = self.ledger.topic_id(key)
         if left is not None:
             self._left_topic_ids[tp.topic] = left
-        self.offsets.pop(key, None)
-        self.epochs[key] = self.epochs.get(key, 0) + 1  # new log: memoized batch keys must not collide
-        self._dirty = True
+        self._reread.add(key)
         self.metrics.partition_resets.inc()
-
-    # -- one batch ---------------------------------------------------------------------
+        why = f"expected offset {expected}, found {highwater}"
+        if self.ledger.note_reset(key, why):
+            reason = self.ledger.quarantined()[key]
+            log.error("partition quarantined: its log keeps being reset; not reading it any more",
+                      extra={"topic": tp.topic, "partition": tp.partition, "reason": reason})
+            self.metrics.set_quarantined(tp.partition, True)
+            if self.consumer is not None:
+                self.consumer.hold(tp)
 
     def _batch_key(self, rb: RecordBatch) -> str:
         key = f"{rb.topic}:{rb.partition}:{rb.first_offset}"
-        epoch = self.epochs.get(_tp_key(rb.topic, rb.partition), 0)
+        epoch = self.ledger.epoch(_tp_key(rb.topic, rb.partition))
         return f"{key}~{epoch}" if epoch else key
+
+    def _admit(self, rb: RecordBatch) -> RecordBatch | None:
+        """The batch without records the ledger says were learned already (or came out of
+        order); None when nothing is left or the partition is quarantined."""
+        key = _tp_key(rb.topic, rb.partition)
+        if self.ledger.is_quarantined(key):
+            return None
+        self._reread.discard(key)
+        offsets = [r.offset for r in rb.records]
+        prints = [fingerprint(r.value, r.timestamp) for r in rb.records]
+        adm = self.ledger.admit(key, offsets, prints, topic_id=self._topic_id_now(rb.topic))
+        if adm.new_epoch:
+            self._dirty = True
+            log.warning("records at offsets already learned have other contents: a new log; new epoch",
+                        extra={"partition": rb.partition, "first_offset": rb.first_offset,
+                               "epoch": self.ledger.epoch(key)})
+        if not adm.n_skipped:
+            return rb
+        for reason, n in adm.skipped.items():
+            self.metrics.offsets_skipped.labels(reason=reason).inc(n)
+        log.warning("records skipped: the model learned these offsets of this log already",
+                    extra={"partition": rb.partition, "first_offset": rb.first_offset,
+                           "next_offset": rb.next_offset, "skipped": adm.skipped})
+        keep = [i for i, k in enumerate(adm.keep) if k]
+        if not keep:
+            return None
+        rb.records = [rb.records[i] for i in keep]
+        rb.decoded = [rb.decoded[i] for i in keep]
+        return rb
 
     def _process(self, rb: RecordBatch) -> None:
         """Decode, predict and learn one batch, then hand its messages to the publisher thread."""
@@ -736,12 +783,23 @@ class Daemon:
             self._first_batch_at = time.monotonic()
         now = time.time()
         key = _tp_key(rb.topic, rb.partition)
-        self._in_batch = (key, rb.next_offset)
+        # The span the ledger records once learned: the whole batch as cut (records skipped as
+        # already learned are inside it), with the fingerprint of its first record.
+        span = (rb.first_offset, rb.next_offset, fingerprint(rb.records[0].value, rb.records[0].timestamp))
+        rb = self._admit(rb)
+        if rb is None:  # nothing new in it (or the partition is quarantined)
+            self._collect()
+            return
+        self._in_batch = (key, span[1])
+        self._span = span
         faults.hit("batch_received")
         try:
             self._learn_and_submit(rb, model, now, t_start)
         finally:
             self._in_batch = None
+        self._housekeeping_after_batch()
+
+    def _housekeeping_after_batch(self) -> None:
         self._batches_since_snapshot += 1
         self._collect()
         self._maybe_snapshot()
@@ -767,6 +825,9 @@ class Daemon:
         texts = [d.text if d.text is not None else d.tokens for d in docs]
         targets = self._targets(docs)
         version = model.version  # the model that predicts (before learning this batch)
+        # The labels its scores are over, fixed now: the publisher thread must not read the live
+        # model (the loop adds labels to it, or replaces it when adopting a snapshot).
+        label_names = list(model.label_names or []) if targets is not None else []
         try:
             keep, empty, theta, n_tokens, sup = self._model_step(model, texts, list(range(len(docs))),
                                                                  batch_key, stages, targets, pre)
@@ -783,8 +844,9 @@ class Daemon:
         # Model and offsets move together, in memory, before anything else can happen (unless
         # the log was found reset during the batch: its old offsets mean nothing any more).
         if self._in_batch[0] is not None:
-            self.offsets[self._in_batch[0]] = rb.next_offset
-            self._record_topic_id(rb.topic)
+            first, nxt, head = self._span
+            self.ledger.learned(self._in_batch[0], first, nxt, head)
+            self._record_topic_id(self._in_batch[0], rb.topic)
         self._dirty = True
         self._update_model_metrics()
         faults.hit("offsets_advanced")
@@ -801,7 +863,7 @@ class Daemon:
         if sup is not None and targets is not None:
             self._score_prequential(sup, [targets[i] for i in keep])
         fill_record_meta(dead, rb.records)  # the daemon's own dead letters keep the record's key and headers
-        build = partial(self._encode_batch, dead, ids, theta, version, now, sup)
+        build = partial(self._encode_batch, dead, ids, theta, version, now, sup, label_names)
         meta = _BatchMeta(rb.tp, rb.first_offset, rb.next_offset, len(keep), n_tokens,
                           [dl.reason for dl in dead], origins, stages, t_start)
         if not self.pipeline.submit(PublishJob([], meta, build=build, size=len(dead) + len(ids)),
@@ -828,6 +890,7 @@ class Daemon:
         ``targets`` holds the whole batch's labels by position (None: unsupervised model).
         """
         t0 = time.perf_counter()
+        self._prepare_mark = None
         self._gil_free.clear()
         if pre is None:
             tokens = model.tokenize(texts) if texts else []
@@ -844,6 +907,7 @@ class Daemon:
         if not keep:
             return keep, empty, None, 0, None
         t0 = time.perf_counter()
+        self._prepare_mark = model.prepare_mark()  # restore point should the step fail
         batch = model.prepare([t for t in tokens if t], grow=True)
         stages["decode"] += time.perf_counter() - t0
         faults.hit("prepared")
@@ -880,27 +944,43 @@ class Daemon:
                   extra={"error": repr(exc), "batch_key": batch_key, "docs": len(texts)}, exc_info=exc)
         every = list(range(len(texts)))
         bad: list[int] = []
-        if model.version == version:  # the global update did not run: the model is as before
+        # The failed step may have grown the vocabulary and counted the batch's words
+        # (prepare) before raising: undo that, or a retry would count them twice. When it
+        # cannot be undone (words evicted, or the update ran), nothing is retried.
+        mark, self._prepare_mark = self._prepare_mark, None
+        untouched = model.version == version and (mark is None or model.undo_prepare(mark))
+        if untouched:
+            vocab = model.vocab
             for i in every:
                 try:
                     toks = model.tokenize([texts[i]])
                     if toks[0]:
-                        one = model.prepare(toks, grow=False)
-                        if model.state.initialized:  # a model with no topics yet cannot predict
-                            model.process(one, learn=False)
+                        # With its new words (they may be what fails), undone after the check.
+                        grow = vocab.cap is None or len(vocab) < vocab.cap
+                        one_mark = model.prepare_mark()
+                        try:
+                            one = model.prepare(toks, grow=grow)
+                            if model.state.initialized:  # a model with no topics yet cannot predict
+                                model.process(one, learn=False)
+                        finally:
+                            if grow:
+                                model.undo_prepare(one_mark)
                     if targets is not None and targets[i] is not None:
                         model.head.encode_targets([targets[i]], grow=False, unknown="ignore")
                 except Exception:  # noqa: BLE001
                     bad.append(i)
         result = None
         error = exc
-        if bad and len(bad) < len(texts) and model.version == version:
+        if bad and len(bad) < len(texts) and untouched:
             rest = [i for i in every if i not in set(bad)]
             try:
                 result = self._model_step(model, [texts[i] for i in rest], rest, batch_key, stages,
                                           None if targets is None else {i: targets[i] for i in rest})
             except Exception as exc2:  # noqa: BLE001
                 error = exc2
+                if self._prepare_mark is not None and model.version == version:
+                    model.undo_prepare(self._prepare_mark)  # the batch is dead-lettered whole
+                self._prepare_mark = None
                 log.error("the batch without the failing documents raised again; dead-lettering it all",
                           extra={"error": repr(exc2), "batch_key": batch_key})
         if result is None:
@@ -913,7 +993,7 @@ class Daemon:
         return result if result is not None else ([], [], None, 0, None)
 
     def _encode_batch(self, dead: list[DeadLetter], ids: list, theta: np.ndarray | None, version: int,
-                      now: float, sup: tuple | None = None) -> list[OutMessage]:
+                      now: float, sup: tuple | None = None, label_names: list | None = None) -> list[OutMessage]:
         """The batch's messages (runs on the publisher thread): dead letters, then predictions."""
         out: list[OutMessage] = []
         max_raw = self._max_raw_bytes()
@@ -922,7 +1002,7 @@ class Daemon:
             out.append(OutMessage(dl_topic, encode_dead_letter(dl, ts=now, max_raw_bytes=max_raw), key=dl.key,
                                   headers=dl.headers))
         if theta is not None:
-            extras = self._label_fields(sup, len(ids))
+            extras = self._label_fields(sup, len(ids), label_names or [])
             for doc_id, row, extra in zip(ids, _top_topics(theta), extras):
                 out.append(OutMessage(out_topic, encode_prediction(doc_id, row, model_version=version, ts=now,
                                                                    **extra),
@@ -940,12 +1020,13 @@ class Daemon:
             return [d.response for d in docs]
         return [d.labels if d.labels is not None else d.label for d in docs]
 
-    def _label_fields(self, sup: tuple | None, n: int) -> list[dict]:
-        """``label``/``labels``/``scores``/``response`` of each prediction message."""
+    @staticmethod
+    def _label_fields(sup: tuple | None, n: int, names: list) -> list[dict]:
+        """``label``/``labels``/``scores``/``response`` of each prediction message; ``names``:
+        the labels the scores are over (taken with the batch, never from the live model)."""
         if sup is None:
             return [{}] * n
         scores, predicted = sup
-        names = self.model.label_names
         out = []
         for i in range(n):
             p = predicted[i]
@@ -1037,19 +1118,28 @@ class Daemon:
             self._rate_tokens += meta.tokens
             self._last_batch_at = job.acked_mono
             m.observe_stage("total", time.perf_counter() - meta.started)
-        self._to_commit.update(commit)
         if commit:
             faults.hit("collected")
-        now = time.monotonic()
-        if self._to_commit and now - self._last_commit >= COMMIT_INTERVAL_S:
-            # Advisory (the snapshot holds the truth) and a round trip each: at most once a second.
-            t0 = time.perf_counter()
-            self.consumer.commit_async(self._to_commit)
-            faults.hit("committed")
-            m.observe_stage("commit", time.perf_counter() - t0)
-            self._to_commit = {}
-            self._last_commit = now
         m.producer_pending.set(self.pipeline.pending_messages)
+
+    def _commit_durable(self, sync: bool = False) -> None:
+        """Tell the group the offsets of the newest snapshot (never more: see CommitGate)."""
+        if self.consumer is None:
+            return
+        keys = {_tp_key(tp.topic, tp.partition): tp for tp in self._assigned}
+        pending = self.gate.pending(list(keys))
+        if not pending:
+            return
+        offsets = {keys[k]: v for k, v in pending.items()}
+        t0 = time.perf_counter()
+        if sync:
+            if self.consumer.commit(offsets, timeout_s=5.0):
+                self.gate.committed(pending)
+        else:
+            self.consumer.commit_async(offsets)
+            self.gate.committed(pending)
+        faults.hit("committed")
+        self.metrics.observe_stage("commit", time.perf_counter() - t0)
 
     def _max_raw_bytes(self) -> int:
         kw = self.cfg.kafka.extra_producer
@@ -1063,6 +1153,7 @@ class Daemon:
         c = self.consumer
         faults.hit("housekeeping")
         self._collect()
+        self.lock.heartbeat()
         up = c.connected() and (self.publisher.healthy if self.publisher is not None else False)
         if up != self._broker_up:
             log.log(logging.INFO if up else logging.WARNING, "broker up" if up else "broker unreachable",
@@ -1138,6 +1229,12 @@ class Daemon:
         now = time.monotonic()
         by_batches = sc.every_batches > 0 and self._batches_since_snapshot >= sc.every_batches
         by_time = sc.every_seconds > 0 and now - self._last_snapshot_mono >= sc.every_seconds
+        # A young model is covered at once: the first learned batch gets a snapshot (the cadence
+        # counts on from start-up, unchanged), so a crash never meets a model without one.
+        first = self.last_snapshot is None and self._dirty and now >= self._snapshot_retry_at
+        if first and not (force or by_batches or by_time):
+            self.snapshot(early=True)
+            return
         if not (force or by_batches or by_time):
             return
         if not self._dirty:
@@ -1150,9 +1247,11 @@ class Daemon:
             return
         self.snapshot()
 
-    def snapshot(self) -> Path | None:
+    def snapshot(self, early: bool = False) -> Path | None:
         """Write a snapshot of the model with its offsets now, once every learned batch's
-        predictions are acknowledged. Returns the path, or None when it could not be written."""
+        predictions are acknowledged, then commit its offsets to the group. Returns the path,
+        or None when it could not be written. ``early``: an extra snapshot that leaves the
+        cadence's counters alone."""
         if self.pipeline is not None:
             # Normally milliseconds (the last batch's acks). While the broker is away: postpone.
             idle = self.pipeline.wait_idle(None if self._stop.is_set() else SNAPSHOT_ACK_WAIT_S,
@@ -1168,15 +1267,19 @@ class Daemon:
             return None
         t0 = time.perf_counter()
         self._tick()
+        offsets = self.ledger.positions()
+        seq = self.lineage.seq + 1
         extra = {"daemon": {
-            "instance": self.instance, "version": __version__, "epochs": dict(self.epochs),
-            "topic_ids": dict(self.topic_ids),
+            "instance": self.instance, "version": __version__, "lineage": self.lineage.id, "seq": seq,
+            "ledger": self.ledger.to_dict(), "epochs": self.ledger.epochs(),
+            "topic_ids": {k.rpartition(":")[0]: self.ledger.topic_id(k) for k in self.ledger.keys()
+                          if self.ledger.topic_id(k) is not None},
             "group_id": self.cfg.kafka.group_id, "input": self.cfg.topics.input,
             "batches": self.counts["batches"], "documents": self.counts["documents"],
             "dead_letters": self.counts["dead_letters"]}}
         try:
             faults.hit("snapshot_begin")
-            path, nbytes = self.store.write(self.model, dict(self.offsets), extra)
+            path, nbytes = self.store.write(self.model, offsets, extra)
         except SnapshotWriteError as exc:
             reason = self.metrics.snapshot_failed(exc.reason)
             self._after_failed_snapshot()
@@ -1194,18 +1297,25 @@ class Daemon:
         self._tick()
         self.metrics.snapshot_succeeded(dt)
         self.last_snapshot = path
+        self.lineage.seq = seq
         self._known_snapshots.add(path.name)
         self._dirty = False
-        self._batches_since_snapshot = 0
-        self._last_snapshot_mono = time.monotonic()
+        if not early:
+            self._batches_since_snapshot = 0
+            self._last_snapshot_mono = time.monotonic()
+        # Durable now: the group may be told these offsets (and never anything newer).
+        self.gate.durable(offsets)
+        if not self._stop.is_set():
+            self._commit_durable()
         removed = self.store.prune()
         faults.hit("snapshot_pruned")
         log.info("snapshot written", extra={
             "path": str(path), "version": self.model.version, "bytes": nbytes, "seconds": round(dt, 4),
-            "offsets": dict(self.offsets), "pruned": [p.name for p in removed]})
+            "offsets": offsets, "seq": seq, "early": early, "pruned": [p.name for p in removed]})
         if self.cfg.topics.snapshots and self.pipeline is not None:
             ann = msgpack.packb({"path": str(path.resolve()), "version": self.model.version,
-                                 "offsets": dict(self.offsets), "ts": time.time()}, use_bin_type=True)
+                                 "offsets": offsets, "lineage": self.lineage.id, "seq": seq,
+                                 "ts": time.time()}, use_bin_type=True)
             self.pipeline.submit(PublishJob([OutMessage(self.cfg.topics.snapshots, ann, key=b"snapshot")]))
         return path
 
@@ -1217,9 +1327,12 @@ class Daemon:
 
     # -- shutdown ----------------------------------------------------------------------
 
-    def _shutdown(self) -> None:
+    def _shutdown(self) -> bool:
+        """Finish: last acknowledgements, final snapshot, commit of the snapshot's offsets.
+        Returns False when learned batches are in no snapshot (the final one failed)."""
         self.metrics.set_ready(False)
         self._gil_free.set()
+        final_ok = True
         try:
             faults.hit("shutdown")
             if self.pipeline is not None:
@@ -1227,18 +1340,24 @@ class Daemon:
                 # the publisher gives up (stop is set) and the final snapshot is skipped.
                 self.pipeline.wait_idle(heartbeat=self._tick_blocked)
                 self._collect()
-            if self.model is not None and self._dirty:
+            if self.model is not None and self._dirty and self.lock.held:
                 if self._publish_failed:
                     log.warning("final snapshot skipped: a learned batch has unacknowledged predictions; "
                                 "it will be replayed from the previous snapshot")
                 else:
-                    self.snapshot()
+                    final_ok = self.snapshot() is not None
+                    if not final_ok:
+                        log.error(
+                            "final snapshot failed: the group's committed offsets stay at the last good "
+                            "snapshot; what was learned since is read and learned again at the next start "
+                            "(free the snapshot directory first). Exiting with status 1.",
+                            extra={"last_snapshot": str(self.last_snapshot) if self.last_snapshot else None,
+                                   "committed": dict(self.gate.snapshot_offsets),
+                                   "learned": self.ledger.positions()})
             faults.hit("shutdown_commit")
-            if self.consumer is not None:
-                final = {tp: self.acked[_tp_key(tp.topic, tp.partition)] for tp in self._assigned
-                         if _tp_key(tp.topic, tp.partition) in self.acked}
-                self.consumer.commit(final, timeout_s=5.0)
+            self._commit_durable(sync=True)
         except Exception as exc:  # noqa: BLE001
+            final_ok = False
             log.exception("final snapshot or commit failed", extra={"error": repr(exc)})
         if self.pipeline is not None:
             self.pipeline.close()
@@ -1248,11 +1367,13 @@ class Daemon:
             self.consumer.close()
         if self.server is not None:
             self.server.stop()
+        self.lock.release()
         log.info("streamtopics daemon stopped", extra={
             **self.counts, "model_version": self.model.version if self.model is not None else None,
             "last_snapshot": str(self.last_snapshot) if self.last_snapshot else None})
         if self.model is not None:
             self._publish_status({})
+        return final_ok
 
 
 @dataclass

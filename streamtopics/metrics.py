@@ -41,6 +41,8 @@ streamtopics_ready                             gauge
 streamtopics_producer_pending_messages         gauge
 streamtopics_model_errors_total                counter
 streamtopics_partition_resets_total            counter
+streamtopics_partition_quarantined             gauge      partition
+streamtopics_offsets_skipped_total             counter    reason (ledger's SKIP_REASONS)
 streamtopics_kafka_client_recreations_total    counter    client (consumer, producer)
 streamtopics_topic_creations_total             counter
 streamtopics_snapshot_consecutive_failures     gauge
@@ -224,6 +226,16 @@ class Metrics:
             "streamtopics_partition_resets_total",
             "Partition logs found recreated behind the daemon's offset (topic recreated, or a broker "
             "that lost its data): the partition is re-read from its beginning.", registry=r)
+        self.partition_quarantined = Gauge(
+            "streamtopics_partition_quarantined",
+            "1 while a partition is quarantined: its log was reset too often in a short window, "
+            "so the daemon stopped re-reading it (see /readyz and the logs).", ["partition"], registry=r)
+        self.offsets_skipped = Counter(
+            "streamtopics_offsets_skipped_total",
+            "Records not learned because the model had learned their offsets of this log already "
+            "(re-read after a reset) or they came out of order.", ["reason"], registry=r)
+        for reason in ("already_learned", "non_monotonic"):
+            self.offsets_skipped.labels(reason=reason)
         self.client_recreations = Counter(
             "streamtopics_kafka_client_recreations_total",
             "Kafka clients rebuilt after fatal errors.", ["client"], registry=r)
@@ -282,6 +294,9 @@ class Metrics:
 
     def set_lag(self, partition: int, lag: int) -> None:
         self.consumer_lag.labels(partition=str(int(partition))).set(lag)
+
+    def set_quarantined(self, partition: int, on: bool) -> None:
+        self.partition_quarantined.labels(partition=str(int(partition))).set(1 if on else 0)
 
     def forget_partition(self, partition: int) -> None:
         """Drop a revoked partition's lag series (it would otherwise freeze at its last value)."""
@@ -370,6 +385,8 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_build_info": "info",
     "streamtopics_model_errors_total": "counter",
     "streamtopics_partition_resets_total": "counter",
+    "streamtopics_partition_quarantined": "gauge",
+    "streamtopics_offsets_skipped_total": "counter",
     "streamtopics_kafka_client_recreations_total": "counter",
     "streamtopics_topic_creations_total": "counter",
     "streamtopics_snapshot_consecutive_failures": "gauge",

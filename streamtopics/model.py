@@ -314,6 +314,20 @@ class TopicModel:
             self.state.ensure_words(len(self.vocab))
         return batch
 
+    def prepare_mark(self) -> tuple:
+        """A restore point for ``undo_prepare`` (vocabulary and state rows), taken before ``prepare``."""
+        return self.vocab.mark(), self.state.n_words, self.state.version
+
+    def undo_prepare(self, mark: tuple) -> bool:
+        """Undo ``prepare(grow=True)`` calls since ``mark`` when no update ran since (a failed
+        step): new words and count updates go. False, changing nothing, when it cannot be undone
+        (an update ran, or words were evicted)."""
+        vmark, n_words, version = mark
+        if self.state.version != version or not self.vocab.rollback(vmark):
+            return False
+        self.state.shrink_words(n_words)
+        return True
+
     # -- learning ---------------------------------------------------------------------
     def process(self, batch: Batch, learn: bool = True, batch_key=None, labels=None) -> LocalResult:
         """Local step on ``batch`` with the current topics, then (if ``learn``) the global update.

@@ -22,7 +22,6 @@ import mmap
 import os
 import struct
 import tempfile
-import time
 from pathlib import Path
 
 import crc32c
@@ -217,7 +216,3 @@ def read_snapshot(path: str | os.PathLike, verify: bool = True) -> tuple[dict, d
     header.pop("arrays")
     return header, arrays
 
-
-def snapshot_name(version: int, now: float | None = None) -> str:
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
-    return f"model-{version:012d}-{stamp}.stsnap"

@@ -89,6 +89,16 @@ class ModelState:
             self.mu_totals += (n_words - self.n_words) * self.smoothing
         self.n_words = max(self.n_words, int(n_words))
 
+    def shrink_words(self, n_words: int) -> None:
+        """Drop rows ``>= n_words`` that were only grown (still at the prior): undoes ``ensure_words``."""
+        n_words = int(n_words)
+        if n_words >= self.n_words:
+            return
+        if self.smoothing > 0.0:
+            self.mu_totals -= (self.n_words - n_words) * self.smoothing
+        self.mu[n_words:self.n_words] = 0.0
+        self.n_words = n_words
+
     def reset_words(self, ids: np.ndarray) -> None:
         """Return the rows of ``ids`` to the prior (their word was evicted from the vocabulary)."""
         if len(ids):

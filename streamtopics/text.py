@@ -209,6 +209,27 @@ class Vocabulary:
         self.n_evicted += int(victims.size)
         return victims.astype(np.int64)
 
+    # -- transactions ------------------------------------------------------------------
+    def mark(self) -> tuple:
+        """A restore point for ``rollback``: size, decayed counts and evictions so far."""
+        n = len(self._words)
+        return n, self._counts[:n].copy(), self.n_evicted
+
+    def rollback(self, mark: tuple) -> bool:
+        """Undo ``add_batch`` calls made since ``mark`` (new words and count updates).
+
+        Returns False, changing nothing, when words were evicted since (an eviction reuses
+        an id and cannot be undone here)."""
+        n, counts, evicted = mark
+        if self.n_evicted != evicted or len(self._words) < n:
+            return False
+        for w in self._words[n:]:
+            del self._index[w]
+        del self._words[n:]
+        self._counts[n:] = 0.0
+        self._counts[:n] = counts
+        return True
+
     # -- persistence -------------------------------------------------------------------
     def state(self) -> dict:
         return {"cap": self.cap, "policy": self.policy, "decay": self.decay, "n_evicted": self.n_evicted}

@@ -32,6 +32,7 @@ from streamtopics import load_snapshot
 from streamtopics.config import Config, ConfigError
 from streamtopics.corpora import load_reuters_r8
 from streamtopics.daemon import Daemon, check_daemon_config
+from streamtopics.service.ledger import OffsetLedger
 from streamtopics.stream.broker import EmbeddedBroker, create_topics
 from streamtopics.stream.codec import decode_dead_letter, decode_prediction
 
@@ -212,9 +213,11 @@ def test_n_documents_in_exactly_n_predictions_out(broker, fresh_topic, tmp_path)
     assert m.state.docs_seen == len(docs) and m.version == len(docs) // BATCH
     assert len(m.top_words(0, 5)) == 5
     # Each snapshot was announced for downstream jobs.
-    ann = [msgpack.unpackb(r.value) for r in _read_all(broker.bootstrap, topics["snapshots"], want=2)]
-    # every 4 batches; none at shutdown: the snapshot after batch 8 already holds everything
-    assert [a["version"] for a in ann] == [4, 8]
+    ann = [msgpack.unpackb(r.value) for r in _read_all(broker.bootstrap, topics["snapshots"], want=3)]
+    # after the first batch (a young model is covered at once), then every 4 batches; none at
+    # shutdown: the snapshot after batch 8 already holds everything
+    assert [a["version"] for a in ann] == [1, 4, 8]
+    assert [a["seq"] for a in ann] == [1, 2, 3] and len({a["lineage"] for a in ann}) == 1
     assert ann[-1]["path"] == str(Path(d.last_snapshot).resolve())
     assert ann[-1]["offsets"] == {f"{topics['input']}:0": len(docs)}
 
@@ -315,7 +318,7 @@ def test_corrupt_newest_snapshot_is_skipped_and_replay_learns_exactly_once(broke
     clean = _model_arrays(d.last_snapshot)
     files = sorted(snaps.glob("*.stsnap"))
     assert [load_snapshot(p).snapshot_info["offsets"][f"{topics['input']}:0"] for p in files] == \
-        [150, 300, 450, 500]
+        [50, 150, 300, 450, 500]  # the first after batch 1: a young model is covered at once
     # Truncate the newest (offset 500) and damage the next (450): recovery starts at 300.
     newest, second = files[-1], files[-2]
     newest.write_bytes(newest.read_bytes()[:1000])
@@ -422,13 +425,18 @@ def test_assignment_during_a_batch_resumes_after_that_batch(tmp_path):
     cfg = Config.from_dict({"snapshot": {"dir": str(tmp_path)}, "topics": {"input": "docs"}}, env={})
     d = Daemon(cfg, serve_metrics=False)
     d.model = object()  # loaded; snapshot adoption must not run mid-batch
-    d.offsets = {"docs:0": 100, "docs:1": 40}
+    d.ledger = OffsetLedger.from_offsets({"docs:0": 100, "docs:1": 40})
+    d.last_snapshot = tmp_path / "loaded"  # a lineage with a snapshot: unseen partitions follow the group
     d._in_batch = ("docs:0", 150)
     assert d._start_offset(TopicPartition("docs", 0)) == 150
     assert d._start_offset(TopicPartition("docs", 1)) == 40
     assert d._start_offset(TopicPartition("docs", 2)) is None
     d._on_reset(TopicPartition("docs", 0), 150, 7)
-    assert d._in_batch[0] is None and "docs:0" not in d.offsets and d.epochs == {"docs:0": 1}
+    # The batch in flight is not recorded; the log is re-read from its start, and whether it is
+    # a new log (new epoch) is decided when its records arrive (the ledger's fingerprints).
+    assert d._in_batch[0] is None and "docs:0" in d._reread
+    d._in_batch = None
+    assert d._start_offset(TopicPartition("docs", 0)) == 0
 
 
 
@@ -451,17 +459,20 @@ def test_log_reset_with_stale_metadata_does_not_relearn_the_new_log(tmp_path):
     d = Daemon(cfg, serve_metrics=False)
     d.model = object()
     d.consumer = _Ids("old")
-    d.offsets, d.topic_ids = {"docs:0": 100}, {"docs": "old"}
+    d.ledger = OffsetLedger.from_offsets({"docs:0": 100}, topic_ids={"docs": "old"})
     d._on_reset(TopicPartition("docs", 0), 100, 0)
-    d.offsets["docs:0"] = 50          # learned offsets 0..49 of the new log
-    d._record_topic_id("docs")        # metadata still stale: must not record "old" again
-    assert "docs" not in d.topic_ids
+    d.ledger.new_epoch("docs:0", None)     # the first records showed other contents: a new log
+    d.ledger.learned("docs:0", 0, 50)      # learned offsets 0..49 of the new log
+    d._reread.clear()
+    d._record_topic_id("docs:0", "docs")   # metadata still stale: must not record "old" again
+    assert d.ledger.topic_id("docs:0") is None
     d.consumer.tid = "new"            # metadata refreshed; a rebalance asks where to resume
     assert d._start_offset(TopicPartition("docs", 0)) == 50
-    d._record_topic_id("docs")
-    assert d.topic_ids == {"docs": "new"}
+    d._record_topic_id("docs:0", "docs")
+    assert d.ledger.topic_id("docs:0") == "new"
     d.consumer.tid = "newer"          # a real re-creation later is still noticed
     assert d._start_offset(TopicPartition("docs", 0)) == 0
+    assert d.ledger.epoch("docs:0") == 2
     d.consumer = None                 # the daemon's close() must not touch the stand-in
 
 def test_unsupported_settings_are_config_errors(tmp_path):

@@ -88,6 +88,7 @@ class _Partition:
     buffer: deque = field(default_factory=deque)
     expected: int | None = None  # offset of the next record to accept
     paused: bool = False
+    held: bool = False  # the owner stopped reading it (quarantine): paused, nothing handed out
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -243,6 +244,23 @@ class BatchingConsumer:
                          extra={"topic": tp.topic, "partition": tp.partition})
         self._on_revoked_cb(tps)
 
+    def hold(self, tp: TopicPartition) -> None:
+        """Stop reading ``tp`` until it is assigned again: paused, buffer dropped, no batches."""
+        with self._lock:
+            st = self._parts.get(tp)
+            if st is None:
+                return
+            st.held = True
+            if st.buffer:
+                st.expected = st.buffer[0].record.offset
+            st.buffer.clear()
+            try:
+                if self._consumer is not None:
+                    self._consumer.pause(tp)
+                st.paused = True
+            except Exception as exc:  # noqa: BLE001
+                log.debug("pause failed: %r", exc)
+
     # -- state -------------------------------------------------------------------------
 
     def assignment(self) -> list[TopicPartition]:
@@ -355,7 +373,7 @@ class BatchingConsumer:
         with self._lock:
             for tp, recs in records.items():
                 st = self._parts.get(tp)
-                if st is None:  # revoked while the fetch was in flight
+                if st is None or st.held:  # revoked while the fetch was in flight, or held
                     continue
                 if recs and st.expected is not None and recs[0].offset < st.expected:
                     # kafka-python discards fetched records that do not start at its position, so
@@ -408,6 +426,8 @@ class BatchingConsumer:
         c = self._consumer
         for tp, st in self._parts.items():
             try:
+                if st.held:
+                    continue
                 if not st.paused and len(st.buffer) >= self.pause_at:
                     c.pause(tp)
                     st.paused = True
@@ -422,7 +442,7 @@ class BatchingConsumer:
             complete: list[tuple[float, TopicPartition, int, float]] = []
             due: list[tuple[float, TopicPartition, int, float]] = []
             for tp, st in self._parts.items():
-                if not st.buffer:
+                if not st.buffer or st.held:
                     continue
                 n, closed = self._scan(st)
                 head = st.buffer[0].arrived

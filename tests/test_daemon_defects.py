@@ -1,0 +1,102 @@
+"""Daemon defects found by reading the code (issue 14, item 4), each pinned by a test that
+failed before its fix. No broker needed: the daemon's batch steps are called directly."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from streamtopics.config import Config
+from streamtopics.daemon import Daemon, model_from_config
+from streamtopics.stream.codec import Document
+
+GOOD = [
+    "oil prices rose sharply after the opec meeting in vienna",
+    "the central bank cut interest rates to support growth",
+    "wheat and corn exports fell as the harvest was delayed",
+]
+FIRST = [
+    "crude oil supply opec output barrels market",
+    "bank rates inflation growth economy central",
+    "grain harvest wheat corn farmers exports",
+    "shares profit company quarterly earnings rose",
+]
+
+
+def _cfg(tmp_path, **metrics) -> Config:
+    return Config.from_dict({"snapshot": {"dir": str(tmp_path)}, "topics": {"input": "docs"},
+                             "model": {"n_topics": 4, "sparsity": 4, "seed": 1}, "metrics": {"port": 0, **metrics}}, env={})
+
+
+def _poisoned(model):
+    """The model raises on any batch holding the word 'poisonword' (in its learn step too)."""
+    orig = model.process
+
+    def process(batch, *a, **kw):
+        pid = model.vocab.get("poisonword")
+        if pid >= 0 and (np.asarray(batch.word_ids) == pid).any():
+            raise ValueError("poisoned document")
+        return orig(batch, *a, **kw)
+
+    model.process = process
+    return model
+
+
+def test_model_error_retry_does_not_count_the_batch_twice(tmp_path):
+    """The failed step's prepare(grow=True) had already grown the vocabulary and added the
+    batch's word counts (with a decay step); the retry without the failing document did it
+    again, so the model differed from one that simply learned the good documents. Before the
+    fix the vocabulary counts of the good words were counted twice and 'poisonword' stayed in
+    the vocabulary (checked: this test failed on the old code)."""
+    cfg = _cfg(tmp_path)
+    d = Daemon(cfg, serve_metrics=False)
+    d.consumer = SimpleNamespace(prefetch=lambda: None)
+    model = _poisoned(model_from_config(cfg.model))
+    ref = model_from_config(cfg.model)
+    for m in (model, ref):  # the same first batch (initialises the topics)
+        m.process(m.prepare(m.tokenize(FIRST)), learn=True, batch_key="k0")
+
+    texts = GOOD[:2] + ["poisonword " + GOOD[2]]
+    docs = [Document(str(i), t, None, None, None, None, None) for i, t in enumerate(texts)]
+    srcs = [(SimpleNamespace(topic="docs", partition=0, offset=i, value=b"x"), None) for i in range(3)]
+    dead: list = []
+    stages = {"decode": 0.0, "predict": 0.0, "learn": 0.0}
+    version = model.version
+    try:
+        d._model_step(model, texts, [0, 1, 2], "k1", stages)
+        raise AssertionError("the poisoned batch should raise")
+    except ValueError as exc:
+        keep, empty, theta, n_tokens, sup = d._model_failure(model, texts, "k1", stages, exc, version,
+                                                             docs, srcs, dead)
+    assert [dl.reason for dl in dead] == ["model_error"] and dead[0].offset == 2
+    assert keep == [0, 1] and theta.shape[0] == 2
+
+    ref.process(ref.prepare(ref.tokenize(GOOD[:2])), learn=True, batch_key="k1")
+    assert model.vocab.words == ref.vocab.words  # 'poisonword' and the third text's words are gone
+    np.testing.assert_allclose(model.vocab.counts, ref.vocab.counts, rtol=0, atol=1e-12)
+    assert model.state.n_words == ref.state.n_words
+    np.testing.assert_allclose(model.state.lam(), ref.state.lam(), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(model.state.lam_totals(), ref.state.lam_totals(), rtol=0, atol=1e-9)
+
+
+def test_prediction_scores_use_the_batch_label_names_not_the_live_model(tmp_path):
+    """The publisher thread encoded scores with ``self.model.label_names`` read while the loop
+    added labels or swapped the model (adopting a snapshot): scores could be paired with the
+    wrong names. The batch now carries the names its scores are over (checked: failed on the
+    old code, which had no way to pass them and read the live model)."""
+    d = Daemon(_cfg(tmp_path), serve_metrics=False)
+    d.model = SimpleNamespace(label_names=["grain", "oil", "trade"])  # the live model moved on
+    sup = (np.array([[0.9, 0.1], [0.2, 0.8]]), ["acq", "earn"])
+    out = d._encode_batch([], ["a", "b"], np.full((2, 4), 0.25), 7, 0.0, sup, ["acq", "earn"])
+    from streamtopics.stream.codec import decode_prediction
+
+    preds = [decode_prediction(m.value) for m in out]
+    assert [sorted(p["scores"]) for p in preds] == [["acq", "earn"], ["acq", "earn"]]
+    assert preds[0]["scores"]["acq"] == 0.9 and preds[1]["label"] == "earn"
+
+
+def test_metrics_prequential_window_is_read(tmp_path):
+    """``[metrics] prequential_window`` was never read (the window came from the model
+    section only). Checked: failed on the old code (maxlen 1000)."""
+    assert Daemon(_cfg(tmp_path, prequential_window=7), serve_metrics=False)._prequential.maxlen == 7
+    assert Daemon(_cfg(tmp_path), serve_metrics=False)._prequential.maxlen == 1000
