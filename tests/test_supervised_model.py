@@ -321,7 +321,8 @@ def test_restored_stochastic_snapshot_drops_a_grown_head_memo(corpus, tmp_path):
 
 def test_sup_local_false_runs_the_label_free_step_once(corpus):
     docs, _, cls = corpus
-    m = TopicModel(n_topics=6, supervision="hinge", seed=0, sup_sweeps=2, sup_local=False)
+    # a fixed alpha: with alpha="auto" the update moves alpha, and theta() would use the new one
+    m = TopicModel(n_topics=6, supervision="hinge", seed=0, sup_sweeps=2, sup_local=False, alpha=0.1)
     m.partial_fit(docs[:60], labels=cls[:60])
     calls = []
     infer = m.local_step.infer
