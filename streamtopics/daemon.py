@@ -919,7 +919,7 @@ class Daemon:
         # GIL-bound Python again until the next kernel or an idle wait: publishing this batch
         # then overlaps the next batch's kernels instead of its tokenization.
         self._gil_free.clear()
-        theta = model.theta(res.doc_topic)
+        theta = model.theta(res.doc_topic, res.alpha)
         st = model.last_stats
         stages["predict"], stages["learn"] = st.get("local_seconds", 0.0), st.get("update_seconds", 0.0)
         self._observe_inference(st)

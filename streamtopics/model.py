@@ -343,6 +343,7 @@ class TopicModel:
         """
         t0 = time.perf_counter()
         head = self.head
+        alpha_used = self.state.alpha
         if labels is not None:
             if head is None:
                 raise ValueError("labels given to a model without supervision (set supervision=...)")
@@ -392,6 +393,7 @@ class TopicModel:
         t3 = time.perf_counter()
         result.scores = scores
         result.predicted = predicted
+        result.alpha = alpha_used
         n_active = max(batch.n_docs, 1)
         self.last_stats = {
             "docs": batch.n_docs, "tokens": batch.n_tokens, "dropped_tokens": batch.dropped_tokens,
@@ -517,7 +519,7 @@ class TopicModel:
         docs = self._check_docs_labels(docs, labels)
         batch = self.prepare(self.tokenize(docs), grow=True)
         result = self.process(batch, learn=True, batch_key=batch_key, labels=labels)
-        return self.theta(result.doc_topic)
+        return self.theta(result.doc_topic, result.alpha)
 
     def _initialize(self, batch: Batch) -> None:
         """Seed topic k from a document of the first batch (k-means++ over tf vectors, cosine distance)."""
@@ -559,9 +561,10 @@ class TopicModel:
         st.initialized = True
 
     # -- inference --------------------------------------------------------------------
-    def theta(self, doc_topic: np.ndarray) -> np.ndarray:
-        """E[pi_d] = (N_dk + alpha) / (N_d + K alpha) from expected topic counts."""
-        a = self.state.alpha
+    def theta(self, doc_topic: np.ndarray, alpha: float | None = None) -> np.ndarray:
+        """E[pi_d] = (N_dk + alpha) / (N_d + K alpha) from expected topic counts; ``alpha``: the one the
+        counts were computed with (``LocalResult.alpha``) when it may have moved since (alpha="auto")."""
+        a = self.state.alpha if alpha is None else alpha
         return (doc_topic + a) / (doc_topic.sum(axis=1, keepdims=True) + self.n_topics * a)
 
     def transform_batch(self, batch: Batch) -> np.ndarray:

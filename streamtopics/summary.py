@@ -62,6 +62,7 @@ class LocalResult:
     restarts_tried: int = 0
     restarts_accepted: int = 0
     stats: dict = field(default_factory=dict)
+    alpha: float | None = None     # the alpha the local step used (theta of these counts); alpha="auto" moves it
 
 
 @njit(cache=True, nogil=True)

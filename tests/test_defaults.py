@@ -147,3 +147,16 @@ def test_installed_wheel_uses_the_packaged_config(tmp_path):
     packaged = tomllib.loads((target / "streamtopics" / "data" / "streamtopics.toml").read_text())
     assert f"corpus_size = {packaged['model']['corpus_size']}" in shown.stdout
     assert f"n_topics = {packaged['model']['n_topics']}" in shown.stdout
+
+
+def test_prequential_theta_uses_the_alpha_of_its_local_step():
+    """alpha="auto" moves alpha in the update; the batch's predictions keep the alpha they were made with."""
+    docs = [[f"w{(i * j) % 40}" for j in range(12)] for i in range(200)]
+    m = TopicModel(n_topics=5, seed=0)
+    m.partial_fit(docs[:100])
+    before = m.state.alpha
+    ref = m.transform(docs[100:])
+    res = m.process(m.prepare(m.tokenize(docs[100:])), learn=True)
+    assert res.alpha == before and m.state.alpha != before
+    np.testing.assert_allclose(m.theta(res.doc_topic, res.alpha), ref, atol=1e-12)
+    np.testing.assert_allclose(m.partial_fit_transform(docs[:10]).sum(axis=1), 1.0)
