@@ -2,7 +2,7 @@
 
     m = TopicModel(n_topics=100, engine="lsparse", sparsity=8, update="stochastic")
     m.partial_fit(docs)              # one minibatch of raw texts or token lists
-    TopicModel(engine="alias").fit(docs, n_sweeps=200)   # batch mode: collapsed Alias-MH sweeps
+    m.fit(docs, labels=None)         # batch mode: memoized laps (lsparse) or Alias-MH sweeps (alias)
     theta = m.transform(docs)        # (n_docs, K), rows sum to one
     m.save("model.stsnap"); m2 = load_snapshot("model.stsnap")
 
@@ -39,6 +39,10 @@ INITS = ("kmeans++", "random")
 SUP_FEATURES = ("unsupervised", "supervised")
 SNAPSHOT_KIND = "streamtopics.TopicModel"
 _TRANSFORM_CHUNK = 2048
+FIT_MAX_LAPS = 10      # fit(): most memoized laps of the variational engine
+FIT_TOL = 1e-3         # fit(): stop when a lap raises the ELBO by less than this, relative
+FIT_BATCH_SIZE = 256   # fit(): minibatch of the memoized laps
+FIT_SWEEPS = 200       # fit(): sweeps of the alias engine
 
 
 class TopicModel:
@@ -450,37 +454,57 @@ class TopicModel:
             raise ValueError(f"{len(labels)} labels for {len(docs)} documents")
         return docs
 
-    def fit(self, docs: Sequence, n_sweeps: int = 200, labels=None) -> "TopicModel":
-        """Batch mode of the alias engine: ``n_sweeps`` collapsed sweeps over ``docs`` held in memory.
+    def fit(self, docs: Sequence, labels=None, *, n_iter: int | None = None, tol: float = FIT_TOL,
+            batch_size: int = FIT_BATCH_SIZE, n_sweeps: int | None = None) -> "TopicModel":
+        """Batch mode, sklearn-style, for every engine: learn from ``docs`` held in memory.  Returns self.
 
-        Starts from scratch (fresh vocabulary and state, random generator reset to ``seed``),
-        runs the Alias-MH kernels from a uniform random start (the papers' Gibbs setting),
-        then sets the shared state to the last sample, lambda = beta + n_kw, so ``transform``,
-        ``heldout_loglik`` and ``save`` treat the model like any other.  Timings and MH
-        statistics are left in ``last_stats``.
+        Starts from scratch (fresh vocabulary, state and classifier; random generator reset to
+        ``seed``).  ``labels`` (supervised models, same forms as ``partial_fit``) learn
+        supervised topics and the classifier.  The keywords mean the same thing for both engines:
 
-        ``labels`` (supervised models, same forms as ``partial_fit``): the supervised batch mode
-        of LightMedLDA - each sweep draws the augmentation, then the topics by word/doc/exp
-        proposal MH against the regularised conditional, then one coordinate-wise Gibbs sweep
-        of eta; the eta samples of the second half are averaged for prediction.  With
-        ``sup_features="unsupervised"`` (default) the classifier is then refitted on the
-        training documents' topic proportions from the label-free local step - the same
-        features ``predict`` computes for new documents - starting from the chain's eta
-        (``sup_features="supervised"`` keeps the chain's eta).
+        * ``engine="lsparse"`` - laps of the memoized update over the corpus (Hughes & Sudderth's
+          batch setting), whatever ``update`` says: the docs are cut, in the given order, into
+          minibatches of ``batch_size`` with stable keys 0, 1, ...; each lap is one
+          ``partial_fit(batch, labels, batch_key=i)`` per minibatch, so a lap replaces every
+          batch's summary (and its classifier statistics) instead of adding it again.
+          ``n_iter`` is the most laps (default ``FIT_MAX_LAPS``).  Stopping rule: after lap
+          t >= 2, stop when the whole-data ELBO rose by less than ``tol`` relative,
+          (ELBO_t - ELBO_{t-1}) / |ELBO_{t-1}| < tol.  A model with ``update="stochastic"``
+          gets its stochastic updater back afterwards (``partial_fit`` then keeps streaming
+          from the fitted topics); ``update="memoized"`` keeps the cache, so later
+          ``partial_fit(..., batch_key=i)`` calls continue the same laps.
+        * ``engine="alias"`` - ``n_iter`` collapsed Alias-MH sweeps (default ``FIT_SWEEPS``) from
+          a uniform random start (the papers' Gibbs setting); the shared state is then the
+          last sample, lambda = beta + n_kw.  ``tol`` and ``batch_size`` do not apply (a
+          sampler has no monotone objective to stop on).  ``n_sweeps`` is accepted as the
+          old name of ``n_iter``.  With labels: the supervised batch mode of LightMedLDA -
+          each sweep draws the augmentation, then the topics by word/doc/exp proposal MH
+          against the regularised conditional, then one coordinate-wise Gibbs sweep of eta;
+          the eta samples of the second half are averaged.  With ``sup_features="unsupervised"``
+          (default) the classifier is then refitted on the training documents' topic
+          proportions from the label-free local step - the features ``predict`` computes
+          for new documents - starting from the chain's eta.
+
+        Timings, laps / MH statistics and the ELBO trace are left in ``last_stats``.
         """
-        if self.engine != "alias":
-            raise NotImplementedError(f"fit() is the alias engine's batch mode (engine={self.engine!r}); "
-                                      "use partial_fit() for streaming")
-        if not isinstance(n_sweeps, (int, np.integer)) or n_sweeps < 1:
-            raise ValueError(f"n_sweeps must be an integer >= 1 (got {n_sweeps!r})")
+        if n_sweeps is not None:
+            if n_iter is not None and n_iter != n_sweeps:
+                raise ValueError(f"n_iter={n_iter!r} and n_sweeps={n_sweeps!r} disagree (n_sweeps is n_iter's old name)")
+            n_iter = n_sweeps
+        if n_iter is not None and (isinstance(n_iter, bool) or not isinstance(n_iter, (int, np.integer))
+                                   or n_iter < 1):
+            raise ValueError(f"n_iter must be an integer >= 1 (got {n_iter!r})")
         if labels is not None:
             if self.head is None:
-                raise NotImplementedError("labels need a supervised model: TopicModel(supervision='hinge' | "
-                                          "'logistic' | 'regression') (supervised topics)")
+                raise ValueError("labels given to a model without supervision: TopicModel(supervision='hinge' | "
+                                 "'logistic' | 'regression') (supervised topics)")
             docs = self._check_docs_labels(docs, labels)
             labels = list(labels)
             if all(_label_missing(t) for t in labels):
                 labels = None
+        if self.engine != "alias":
+            return self._fit_laps(docs, labels, FIT_MAX_LAPS if n_iter is None else int(n_iter), tol, batch_size)
+        n_sweeps = FIT_SWEEPS if n_iter is None else int(n_iter)
         self._build()
         batch = self.prepare(self.tokenize(docs), grow=True)
         seed = int(self.rng.integers(1 << 62))
@@ -510,6 +534,39 @@ class TopicModel:
             stats["refit_seconds"] = time.perf_counter() - t1
         stats["fit_seconds"] = time.perf_counter() - t0
         self.last_stats = stats
+        return self
+
+    def _fit_laps(self, docs, labels, max_laps: int, tol: float, batch_size: int) -> "TopicModel":
+        """``fit`` of the variational engine: memoized laps with stable batch keys (see ``fit``)."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1 (got {batch_size!r})")
+        if not (isinstance(tol, (int, float, np.integer, np.floating)) and tol >= 0):
+            raise ValueError(f"tol must be a number >= 0 (got {tol!r})")
+        self._build()
+        streaming = self.updater
+        if not isinstance(streaming, MemoizedUpdate):
+            self.updater = MemoizedUpdate(None)
+        tokens = self.tokenize(docs)
+        spans = [(lo, min(lo + batch_size, len(tokens))) for lo in range(0, len(tokens), batch_size)]
+        batches: list = [None] * len(spans)
+        trace: list[float] = []
+        converged = False
+        t0 = time.perf_counter()
+        for lap in range(max_laps):
+            for i, (lo, hi) in enumerate(spans):
+                # Batches are reused across laps unless a vocabulary cap may evict words (then rebuilt).
+                batch = batches[i] if batches[i] is not None else self.prepare(tokens[lo:hi], grow=True)
+                if self.vocab_cap is None:
+                    batches[i] = batch
+                self.process(batch, learn=True, batch_key=i, labels=None if labels is None else labels[lo:hi])
+            trace.append(self.updater.elbo(self.state))
+            if lap >= 1 and (trace[-1] - trace[-2]) < tol * abs(trace[-2]):
+                converged = True
+                break
+        if not isinstance(streaming, MemoizedUpdate):
+            self.updater = streaming
+        self.last_stats = {"laps": len(trace), "elbo": trace, "converged": converged, "batches": len(spans),
+                           "fit_seconds": time.perf_counter() - t0}
         return self
 
     def partial_fit_transform(self, docs: Sequence, labels=None, batch_key=None) -> np.ndarray:
