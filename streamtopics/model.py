@@ -28,7 +28,7 @@ from .state import ModelState
 from .supervised.classifier import LOSSES as SUP_LOSSES
 from .supervised.classifier import SupervisedHead
 from .supervised.classifier import _is_missing as _label_missing
-from .supervised.samplers import METHODS as PG_METHODS
+from .supervised.classifier import PG_CHOICES as PG_METHODS
 from .summary import LocalResult, Summary
 from .text import SEGMENTATIONS, Tokenizer, Vocabulary
 from .updates import MemoizedUpdate, StochasticUpdate, check_corpus_size
@@ -80,13 +80,15 @@ class TopicModel:
         (Polya-Gamma) or ``"regression"`` (eps-insensitive); ``partial_fit(docs, labels=...)``
         then learns topics that predict the labels (docs/supervised.md).
     sup_c, sup_ell, sup_epsilon : loss constants: regularisation constant c (the weight of the
-        label term against the words), hinge margin ell, regression eps; None takes the loss's
-        default (``supervised.classifier.DEFAULTS``).
-    sup_prior_var : nu^2 of the classifier prior eta_yk ~ N(0, nu^2).
+        label term against the words), hinge margin ell, regression eps; None: they scale
+        themselves (``supervised.scaling``, docs/supervised.md §7): c * unit = the mean labelled
+        document length, ell = 1, eps = 1e-3 response sd.
+    sup_prior_var : nu^2 of the classifier prior eta_yk ~ N(0, nu^2); None: K unit^2 (scaling).
     sup_decay : weight kept by the classifier's carried statistics per labelled batch (1 = exact
         streaming posterior, < 1 forgets old batches).
     sup_sweeps, sup_burn_in : Gibbs sweeps of the classifier per labelled batch, and those discarded.
-    sup_pg_method : Polya-Gamma sampler for the logistic loss ("exact" or "gamma_sum").
+    sup_pg_method : Polya-Gamma sampler for the logistic loss ("exact", "gamma_sum", or "auto":
+        exact for c <= 8, else the gamma sum, whose cost does not grow with c).
     sup_max_labels : cap of the label vocabulary (None: unbounded); labels past it raise.
     sup_features : which topic proportions of a labelled batch train the classifier:
         ``"unsupervised"`` (the label-free local step, the features used at prediction time)
@@ -107,8 +109,8 @@ class TopicModel:
                  proposal: str = "cycle", table_draws: int | None = None, alpha_proposal: str = "word",
                  tries: int | None = None,
                  supervision: str | None = None, sup_c: float | None = None, sup_ell: float | None = None,
-                 sup_epsilon: float | None = None, sup_prior_var: float = 1.0, sup_decay: float = 1.0,
-                 sup_sweeps: int = 10, sup_burn_in: int | None = None, sup_pg_method: str = "exact",
+                 sup_epsilon: float | None = None, sup_prior_var: float | None = None, sup_decay: float = 1.0,
+                 sup_sweeps: int = 10, sup_burn_in: int | None = None, sup_pg_method: str = "auto",
                  sup_max_labels: int | None = None, sup_features: str = "unsupervised", sup_local: bool = True,
                  segmentation: str = "whitespace"):
         self.n_topics = n_topics
@@ -232,8 +234,8 @@ class TopicModel:
         need(not (self.supervision == "logistic" and self.sup_pg_method == "exact"
                   and self.sup_c is not None and self.sup_c < 1),
              f"exact Polya-Gamma sampling needs sup_c >= 1 (got {self.sup_c!r}); use sup_pg_method='gamma_sum'")
-        need(isinstance(self.sup_prior_var, (int, float, np.integer, np.floating))
-             and np.isfinite(self.sup_prior_var) and self.sup_prior_var > 0,
+        need(self.sup_prior_var is None or (isinstance(self.sup_prior_var, (int, float, np.integer, np.floating))
+                                            and np.isfinite(self.sup_prior_var) and self.sup_prior_var > 0),
              f"sup_prior_var must be > 0 (got {self.sup_prior_var!r})")
         need(0.0 < self.sup_decay <= 1.0, f"sup_decay must be in (0, 1] (got {self.sup_decay!r})")
         need(isinstance(self.sup_sweeps, (int, np.integer)) and self.sup_sweeps >= 1,
@@ -284,8 +286,8 @@ class TopicModel:
         if self.supervision is None:
             return None
         return SupervisedHead(
-            self.n_topics, self.supervision, c=self.sup_c, ell=self.sup_ell, epsilon=self.sup_epsilon,
-            prior_var=float(self.sup_prior_var), decay=float(self.sup_decay), gibbs_sweeps=int(self.sup_sweeps),
+            self.n_topics, self.supervision, c=_auto(self.sup_c), ell=_auto(self.sup_ell),
+            epsilon=_auto(self.sup_epsilon), prior_var=_auto(self.sup_prior_var), decay=float(self.sup_decay), gibbs_sweeps=int(self.sup_sweeps),
             burn_in=None if self.sup_burn_in is None else int(self.sup_burn_in),
             seed=int(np.random.SeedSequence([int(self.seed), 5]).generate_state(1)[0]),
             pg_method=self.sup_pg_method, max_labels=self.sup_max_labels,
@@ -363,12 +365,13 @@ class TopicModel:
             pre = self.local_step.infer(self.state, batch, summarize=False)
             scores, predicted = self._predict_from(pre.doc_topic)
             targets = head.encode_targets(labels, grow=True)
+            head.calibrate(_doc_lengths(batch), targets)  # self-scaling constants see this batch first
             result = self.local_step.infer(self.state, batch, summarize=True, head=head, targets=targets)
         elif sup_step:
             # sup_local=False: the label-free step is both the prediction and the learning step
             result = pre = self.local_step.infer(self.state, batch, summarize=True)
             scores, predicted = self._predict_from(pre.doc_topic)
-            head.encode_targets(labels, grow=True)
+            head.calibrate(_doc_lengths(batch), head.encode_targets(labels, grow=True))
         else:
             result = pre = self.local_step.infer(self.state, batch, summarize=learn)
             scores, predicted = self._predict_from(pre.doc_topic)
@@ -513,6 +516,7 @@ class TopicModel:
             return self
         t0 = time.perf_counter()
         targets = self.head.encode_targets(labels, grow=True)
+        self.head.calibrate(_doc_lengths(batch), targets)
         stats = self.local_step.fit_state(self.state, batch, int(n_sweeps), seed=seed, head=self.head,
                                           targets=targets, eta_sweeps=1)
         if self.sup_features == "unsupervised":
@@ -521,7 +525,7 @@ class TopicModel:
             t1 = time.perf_counter()
             chain = self.head
             head = self._new_head()
-            head.encode_targets(labels, grow=True)
+            head.calibrate(_doc_lengths(batch), head.encode_targets(labels, grow=True))
             head.eta[:] = chain.eta
             head.n_calls = chain.n_calls
             zbar = np.empty((batch.n_docs, self.n_topics))
@@ -798,6 +802,17 @@ def load_snapshot(path) -> TopicModel:
     model = TopicModel.from_snapshot_parts(header, arrays)
     model.snapshot_info["path"] = str(Path(path))
     return model
+
+
+def _auto(value):
+    """A supervised constant left at None scales itself (``supervised.scaling``)."""
+    return "auto" if value is None else float(value)
+
+
+def _doc_lengths(batch: Batch) -> np.ndarray:
+    """Token count N_d of every document of the batch."""
+    rows = np.repeat(np.arange(batch.n_docs), np.diff(batch.doc_ptr))
+    return np.bincount(rows, weights=batch.counts, minlength=batch.n_docs)
 
 
 def _normalise_rows(doc_topic: np.ndarray) -> np.ndarray:
