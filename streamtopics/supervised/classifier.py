@@ -500,6 +500,8 @@ class SupervisedHead:
         vals = auto_constants(self.loss, self.n_topics, self.scale_stats.mean_doc_len, sd, rms)
         for name in self._auto:
             setattr(self, name, float(vals[name]))
+        if self.n_updates == 0 and "prior_var" in self._auto:
+            self.eta_sq_mean[:] = self.prior_var  # untrained: q(eta) is still the (now calibrated) prior
 
     def _pg_id(self) -> int:
         m = self.pg_method
