@@ -40,7 +40,7 @@ SUP_FEATURES = ("unsupervised", "supervised")
 SNAPSHOT_KIND = "streamtopics.TopicModel"
 _TRANSFORM_CHUNK = 2048
 FIT_MAX_LAPS = 10      # fit(): most memoized laps of the variational engine
-FIT_TOL = 1e-3         # fit(): stop when a lap raises the ELBO by less than this, relative
+FIT_TOL = 0.05         # fit(): stop when a lap raises its objective by less than this, relative
 FIT_BATCH_SIZE = 256   # fit(): minibatch of the memoized laps
 FIT_SWEEPS = 200       # fit(): sweeps of the alias engine
 
@@ -465,17 +465,22 @@ class TopicModel:
         ``seed``).  ``labels`` (supervised models, same forms as ``partial_fit``) learn
         supervised topics and the classifier.  The keywords mean the same thing for both engines:
 
-        * ``engine="lsparse"`` - laps of the memoized update over the corpus (Hughes & Sudderth's
-          batch setting), whatever ``update`` says: the docs are cut, in the given order, into
-          minibatches of ``batch_size`` with stable keys 0, 1, ...; each lap is one
-          ``partial_fit(batch, labels, batch_key=i)`` per minibatch, so a lap replaces every
-          batch's summary (and its classifier statistics) instead of adding it again.
+        * ``engine="lsparse"`` - laps over the corpus cut, in the given order, into minibatches of
+          ``batch_size``; each lap is one ``partial_fit(batch, labels)`` per minibatch.  With
+          ``update="memoized"`` that is Hughes & Sudderth's batch setting: stable keys 0, 1, ...,
+          so a lap replaces every batch's summary (and its classifier statistics), and ``fit``
+          equals the same laps of ``partial_fit(..., batch_key=i)`` exactly; the cache stays,
+          so later keyed ``partial_fit`` calls continue the laps.  With ``update="stochastic"``
+          (the default) the laps are stochastic updates with the effective corpus size D = the
+          number of docs (unless ``corpus_size`` is set), like scikit-learn's online LDA told
+          ``total_samples``; afterwards the model's own updater is back for streaming.  (On 20NG
+          with labels, K = 100, memoized laps from scratch settle in a worse optimum: test
+          accuracy 0.74, against 0.82 after two stochastic laps.)
           ``n_iter`` is the most laps (default ``FIT_MAX_LAPS``).  Stopping rule: after lap
-          t >= 2, stop when the whole-data ELBO rose by less than ``tol`` relative,
-          (ELBO_t - ELBO_{t-1}) / |ELBO_{t-1}| < tol.  A model with ``update="stochastic"``
-          gets its stochastic updater back afterwards (``partial_fit`` then keeps streaming
-          from the fitted topics); ``update="memoized"`` keeps the cache, so later
-          ``partial_fit(..., batch_key=i)`` calls continue the same laps.
+          t >= 2, stop when the lap objective rose by less than ``tol`` relative,
+          (F_t - F_{t-1}) / |F_{t-1}| < tol, where F is the whole-data ELBO (memoized) or the
+          lap's mean local objective per token (stochastic; each batch measured at its local
+          step, before its update).
         * ``engine="alias"`` - ``n_iter`` collapsed Alias-MH sweeps (default ``FIT_SWEEPS``) from
           a uniform random start (the papers' Gibbs setting); the shared state is then the
           last sample, lambda = beta + n_kw.  ``tol`` and ``batch_size`` do not apply (a
@@ -488,7 +493,7 @@ class TopicModel:
           proportions from the label-free local step - the features ``predict`` computes
           for new documents - starting from the chain's eta.
 
-        Timings, laps / MH statistics and the ELBO trace are left in ``last_stats``.
+        Timings, laps / MH statistics and the objective trace are left in ``last_stats``.
         """
         if n_sweeps is not None:
             if n_iter is not None and n_iter != n_sweeps:
@@ -541,36 +546,44 @@ class TopicModel:
         return self
 
     def _fit_laps(self, docs, labels, max_laps: int, tol: float, batch_size: int) -> "TopicModel":
-        """``fit`` of the variational engine: memoized laps with stable batch keys (see ``fit``)."""
+        """``fit`` of the variational engine: laps of ``process`` over fixed minibatches (see ``fit``)."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1 (got {batch_size!r})")
         if not (isinstance(tol, (int, float, np.integer, np.floating)) and tol >= 0):
             raise ValueError(f"tol must be a number >= 0 (got {tol!r})")
         self._build()
-        streaming = self.updater
-        if not isinstance(streaming, MemoizedUpdate):
-            self.updater = MemoizedUpdate(None)
         tokens = self.tokenize(docs)
+        memoized = isinstance(self.updater, MemoizedUpdate)
+        own = self.updater
+        if not memoized and self.corpus_size is None:
+            # The corpus is known here: D = its size (what scikit-learn's total_samples says).
+            self.updater = StochasticUpdate(self.delay, self.forgetting_rate, self.rho_min, max(len(tokens), 1))
         spans = [(lo, min(lo + batch_size, len(tokens))) for lo in range(0, len(tokens), batch_size)]
         batches: list = [None] * len(spans)
         trace: list[float] = []
         converged = False
         t0 = time.perf_counter()
         for lap in range(max_laps):
+            objective = n_tokens = 0.0
             for i, (lo, hi) in enumerate(spans):
                 # Batches are reused across laps unless a vocabulary cap may evict words (then rebuilt).
                 batch = batches[i] if batches[i] is not None else self.prepare(tokens[lo:hi], grow=True)
                 if self.vocab_cap is None:
                     batches[i] = batch
-                self.process(batch, learn=True, batch_key=i, labels=None if labels is None else labels[lo:hi])
-            trace.append(self.updater.elbo(self.state))
+                result = self.process(batch, learn=True, batch_key=i if memoized else None,
+                                      labels=None if labels is None else labels[lo:hi])
+                objective += result.objective
+                n_tokens += batch.n_tokens
+            # memoized: the whole-data ELBO; stochastic: the lap's local objective per token
+            trace.append(self.updater.elbo(self.state) if memoized else objective / max(n_tokens, 1.0))
             if lap >= 1 and (trace[-1] - trace[-2]) < tol * abs(trace[-2]):
                 converged = True
                 break
-        if not isinstance(streaming, MemoizedUpdate):
-            self.updater = streaming
-        self.last_stats = {"laps": len(trace), "elbo": trace, "converged": converged, "batches": len(spans),
-                           "fit_seconds": time.perf_counter() - t0}
+        if not memoized:
+            self.updater = own
+        self.last_stats = {"laps": len(trace), "objective": trace, "converged": converged, "batches": len(spans),
+                           "fit_seconds": time.perf_counter() - t0,
+                           "objective_kind": "elbo" if memoized else "local objective per token"}
         return self
 
     def partial_fit_transform(self, docs: Sequence, labels=None, batch_key=None) -> np.ndarray:

@@ -781,7 +781,9 @@ class SupervisedHead:
         if (s < m * m - 1e-12 * np.maximum(1.0, m * m)).any():
             raise ValueError("e_omega_sq must be >= e_omega^2")
         y, c, ell, eps = tg.y, self.c, self.ell, self.epsilon
-        tiny = 1e-300
+        # E zeta^2 is floored at 1/c^2, the width of exp(-2c max(0, zeta)): at E zeta^2 -> 0 the
+        # GIG mean E[1/lam] diverges and the label term would swamp the words (docs/supervised.md §7).
+        tiny = 1.0 / (c * c)
         with np.errstate(divide="ignore"):
             if self.loss == "hinge":
                 ez2 = np.maximum(ell * ell - 2.0 * ell * y * m + s, tiny)
