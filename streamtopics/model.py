@@ -470,10 +470,10 @@ class TopicModel:
           ``update="memoized"`` that is Hughes & Sudderth's batch setting: stable keys 0, 1, ...,
           so a lap replaces every batch's summary (and its classifier statistics), and ``fit``
           equals the same laps of ``partial_fit(..., batch_key=i)`` exactly; the cache stays,
-          so later keyed ``partial_fit`` calls continue the laps.  With ``update="stochastic"``
-          (the default) the laps are stochastic updates with the effective corpus size D = the
-          number of docs (unless ``corpus_size`` is set), like scikit-learn's online LDA told
-          ``total_samples``; afterwards the model's own updater is back for streaming.  (On 20NG
+          so later keyed ``partial_fit`` calls continue the laps (a corpus of more than
+          ``memo_window`` batches needs ``memo_window=None``).  With ``update="stochastic"`` (the
+          default) the laps are the model's own stochastic updates, step size and effective
+          corpus size as configured: ``fit`` equals the same laps of ``partial_fit``.  (On 20NG
           with labels, K = 100, memoized laps from scratch settle in a worse optimum: test
           accuracy 0.74, against 0.82 after two stochastic laps.)
           ``n_iter`` is the most laps (default ``FIT_MAX_LAPS``).  Stopping rule: after lap
@@ -554,10 +554,6 @@ class TopicModel:
         self._build()
         tokens = self.tokenize(docs)
         memoized = isinstance(self.updater, MemoizedUpdate)
-        own = self.updater
-        if not memoized and self.corpus_size is None:
-            # The corpus is known here: D = its size (what scikit-learn's total_samples says).
-            self.updater = StochasticUpdate(self.delay, self.forgetting_rate, self.rho_min, max(len(tokens), 1))
         spans = [(lo, min(lo + batch_size, len(tokens))) for lo in range(0, len(tokens), batch_size)]
         batches: list = [None] * len(spans)
         trace: list[float] = []
@@ -579,8 +575,6 @@ class TopicModel:
             if lap >= 1 and (trace[-1] - trace[-2]) < tol * abs(trace[-2]):
                 converged = True
                 break
-        if not memoized:
-            self.updater = own
         self.last_stats = {"laps": len(trace), "objective": trace, "converged": converged, "batches": len(spans),
                            "fit_seconds": time.perf_counter() - t0,
                            "objective_kind": "elbo" if memoized else "local objective per token"}

@@ -45,11 +45,11 @@ def test_lsparse_fit_equals_memoized_laps_of_partial_fit(supervision):
         np.testing.assert_array_equal(f.head.A, p.head.A)
 
 
-def test_lsparse_fit_stochastic_equals_laps_with_the_corpus_size():
+def test_lsparse_fit_stochastic_equals_laps_of_partial_fit():
     docs, labels = _corpus()
     f = TopicModel(n_topics=4, seed=3, supervision="logistic").fit(docs, labels=labels, n_iter=2, batch_size=64, tol=0)
-    assert f.updater.corpus_size is None  # the model's own (streaming) updater is back
-    p = TopicModel(n_topics=4, seed=3, supervision="logistic", corpus_size=len(docs))
+    assert f.last_stats["laps"] == 2 and f.last_stats["objective_kind"] == "local objective per token"
+    p = TopicModel(n_topics=4, seed=3, supervision="logistic")
     for _ in range(2):
         for lo in range(0, len(docs), 64):
             p.partial_fit(docs[lo:lo + 64], labels=labels[lo:lo + 64])
