@@ -46,15 +46,31 @@ def test_lsparse_fit_equals_memoized_laps_of_partial_fit(supervision):
 
 
 def test_lsparse_fit_stochastic_equals_laps_of_partial_fit():
+    """Stochastic laps are the model's own partial_fit laps; with labels the classifier keeps one
+    record per batch (a lap replaces it), so equality with plain partial_fit holds for lap 1."""
     docs, labels = _corpus()
-    f = TopicModel(n_topics=4, seed=3, supervision="logistic").fit(docs, labels=labels, n_iter=2, batch_size=64, tol=0)
-    assert f.last_stats["laps"] == 2 and f.last_stats["objective_kind"] == "local objective per token"
-    p = TopicModel(n_topics=4, seed=3, supervision="logistic")
-    for _ in range(2):
-        for lo in range(0, len(docs), 64):
-            p.partial_fit(docs[lo:lo + 64], labels=labels[lo:lo + 64])
-    np.testing.assert_array_equal(f.state.mu, p.state.mu)
-    np.testing.assert_array_equal(f.head.eta_mean, p.head.eta_mean)
+    for y, laps in [(None, 2), (labels, 1)]:
+        sup = None if y is None else "logistic"
+        f = TopicModel(n_topics=4, seed=3, supervision=sup).fit(docs, labels=y, n_iter=laps, batch_size=64, tol=0)
+        assert f.last_stats["laps"] == laps and f.last_stats["objective_kind"] == "local objective per token"
+        p = TopicModel(n_topics=4, seed=3, supervision=sup)
+        for _ in range(laps):
+            for lo in range(0, len(docs), 64):
+                p.partial_fit(docs[lo:lo + 64], labels=None if y is None else y[lo:lo + 64])
+        np.testing.assert_array_equal(f.state.mu, p.state.mu)
+        if y is not None:
+            np.testing.assert_array_equal(f.head.eta_mean, p.head.eta_mean)
+            assert f.head.memo_keys() == [0, 1, 2, 3]  # one classifier record per batch
+
+
+def test_lsparse_fit_stochastic_laps_replace_the_classifier_statistics():
+    docs, labels = _corpus()
+    f = TopicModel(n_topics=4, seed=3, supervision="hinge").fit(docs, labels=labels, n_iter=3, batch_size=64, tol=0)
+    one = TopicModel(n_topics=4, seed=3, supervision="hinge").fit(docs, labels=labels, n_iter=1, batch_size=64)
+    assert f.head.memo_keys() == [0, 1, 2, 3]
+    # a lap replaced each batch's classifier record: the carried statistics are those records' sum
+    assert f.head.n_updates == 12 and len(f.head.memo_keys()) == 4
+    assert not np.allclose(f.head.eta_mean, one.head.eta_mean)
 
 
 @pytest.mark.parametrize("update", ["memoized", "stochastic"])
