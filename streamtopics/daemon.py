@@ -112,7 +112,7 @@ def model_from_config(m: ModelConfig) -> TopicModel:
         max_iter=m.max_local_iters, tol=m.local_tol, restarts=m.restarts, vocab_cap=m.vocab_cap,
         vocab_policy=m.vocab_policy, min_word_len=m.min_word_len, stopwords=m.stopwords, segmentation=m.segmentation,
         supervision=None if m.supervision == "none" else m.supervision, sup_c=m.sup_c or None,
-        sup_ell=m.sup_ell or None, sup_epsilon=m.sup_epsilon or None, sup_prior_var=m.sup_prior_var,
+        sup_ell=m.sup_ell or None, sup_epsilon=m.sup_epsilon or None, sup_prior_var=m.sup_prior_var or None,
         sup_decay=m.sup_decay, burn_in=m.burn_in, sample_sweeps=m.sample_sweeps, mh_steps=m.mh_steps,
         tries=_alias_tries(m))
 

@@ -344,9 +344,11 @@ def test_alias_parameters_are_validated_and_fit_contract():
     assert TopicModel(engine="alias", tries=[3, 1]).get_params()["tries"] == (3, 1)
     assert TopicModel(engine="alias").tries is None
     m = TopicModel(n_topics=3, engine="alias")
-    with pytest.raises(NotImplementedError, match="supervised"):
+    with pytest.raises(ValueError, match="supervision"):
         m.fit([["a", "b"]], n_sweeps=2, labels=["x"])
-    with pytest.raises(NotImplementedError):
-        TopicModel(n_topics=3).fit([["a", "b"]], n_sweeps=2)
+    with pytest.raises(ValueError, match="disagree"):
+        m.fit([["a", "b"]], n_iter=3, n_sweeps=2)
+    with pytest.raises(ValueError, match="n_iter"):
+        m.fit([["a", "b"]], n_iter=0)
     with pytest.raises(ValueError, match="whole numbers"):
         batch_tokens(batch_from_arrays(np.array([0, 1]), np.array([0]), np.array([1.5])))

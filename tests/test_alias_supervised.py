@@ -185,7 +185,7 @@ def test_fit_labels_none_entries_and_validation(binary):
     labels = [y if i % 3 else None for i, y in enumerate(ytr[:120])]
     m = TopicModel(n_topics=3, engine="alias", supervision="hinge", seed=0).fit(tr[:120], labels=labels, n_sweeps=6)
     assert m.last_stats["supervised_docs"] == sum(t is not None for t in labels)
-    with pytest.raises(NotImplementedError, match="supervis"):
+    with pytest.raises(ValueError, match="supervis"):
         TopicModel(n_topics=3, engine="alias").fit(tr[:10], labels=ytr[:10], n_sweeps=2)
     with pytest.raises(ValueError, match="labels for"):
         TopicModel(n_topics=3, engine="alias", supervision="hinge").fit(tr[:10], labels=ytr[:9], n_sweeps=2)

@@ -368,8 +368,8 @@ def test_variational_token_weight_matches_enumeration():
     np.testing.assert_allclose(out0, out1, rtol=1e-13)
 
 
-@pytest.mark.parametrize("loss,kw", [("hinge", {"c": 2.0, "ell": 1.5}), ("logistic", {"c": 3.0}),
-                                     ("regression", {"c": 2.0, "epsilon": 0.2})])
+@pytest.mark.parametrize("loss,kw", [("hinge", {"c": 4.0, "ell": 1.5}), ("logistic", {"c": 3.0}),
+                                     ("regression", {"c": 4.0, "epsilon": 0.2})])
 def test_expected_coefficients_match_sampler_average(loss, kw):
     """At a point mass for omega the mean-field coefficients are the averages of the sampled ones."""
     D = 40_000

@@ -127,7 +127,7 @@ def test_process_scores_are_prequential(corpus):
 def test_validation_and_errors(corpus):
     docs, _, cls = corpus
     for bad in [dict(supervision="svm"), dict(supervision="hinge", sup_c=0.0), dict(supervision="hinge", sup_ell=0.0),
-                dict(supervision="logistic", sup_c=0.5), dict(supervision="hinge", sup_prior_var=0.0),
+                dict(supervision="logistic", sup_c=0.5, sup_pg_method="exact"), dict(supervision="hinge", sup_prior_var=0.0),
                 dict(supervision="hinge", sup_decay=1.5), dict(supervision="hinge", sup_sweeps=0),
                 dict(supervision="hinge", sup_features="both"), dict(supervision="hinge", sup_pg_method="x")]:
         with pytest.raises(ValueError):
@@ -265,7 +265,7 @@ def test_regression_recovers_linear_response():
     eta_true = np.array([3.0, -2.0, 1.0, -0.5])
     rng = np.random.default_rng(8)
     y = theta @ eta_true + rng.normal(scale=0.1, size=len(docs))
-    m = TopicModel(n_topics=K_TRUE, supervision="regression", seed=0, sup_prior_var=25.0, sup_sweeps=6,
+    m = TopicModel(n_topics=K_TRUE, supervision="regression", seed=0, sup_sweeps=6,
                    corpus_size=400)
     _fit(m, docs[:400], list(y[:400]), bs=100, passes=2)
     pred = np.array(m.predict(docs[400:]))

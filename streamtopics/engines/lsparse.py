@@ -251,6 +251,7 @@ def _sup_coefs(loc, cnt, s, e, nd, N, sel, n_sel, top_idx, top_r, top_n, E, V, y
     """
     Ly = E.shape[0]
     inv = 1.0 / nd
+    floor = 1.0 / (c * c)  # E zeta^2 >= 1/c^2, the hinge width: E[1/lam] <= 1 (docs/supervised.md §7)
     for l in range(Ly):
         if not mask[l]:
             rho[l] = 0.0
@@ -280,8 +281,8 @@ def _sup_coefs(loc, cnt, s, e, nd, N, sel, n_sel, top_idx, top_r, top_n, E, V, y
         yy = y[l]
         if loss == HINGE:
             ez2 = ell * ell - 2.0 * ell * yy * m1 + m2
-            if ez2 < 1e-300:
-                ez2 = 1e-300
+            if ez2 < floor:
+                ez2 = floor
             il = 1.0 / (c * math.sqrt(ez2))
             rho[l] = c * c * il
             kappa[l] = c * yy * (1.0 + c * ell * il)
@@ -295,10 +296,10 @@ def _sup_coefs(loc, cnt, s, e, nd, N, sel, n_sel, top_idx, top_r, top_n, E, V, y
         else:
             e1 = (yy - eps) * (yy - eps) - 2.0 * (yy - eps) * m1 + m2
             e2 = (yy + eps) * (yy + eps) - 2.0 * (yy + eps) * m1 + m2
-            if e1 < 1e-300:
-                e1 = 1e-300
-            if e2 < 1e-300:
-                e2 = 1e-300
+            if e1 < floor:
+                e1 = floor
+            if e2 < floor:
+                e2 = floor
             il = 1.0 / (c * math.sqrt(e1))
             io = 1.0 / (c * math.sqrt(e2))
             rho[l] = c * c * (il + io)

@@ -68,6 +68,7 @@ from numba import njit
 
 from . import samplers as _s
 from .labels import LabelVocabulary
+from .scaling import AUTO, AUTO_NAMES, ScaleStats, auto_constants
 
 HINGE, LOGISTIC, REGRESSION = 0, 1, 2
 LOSSES = {"hinge": HINGE, "logistic": LOGISTIC, "regression": REGRESSION}
@@ -77,6 +78,8 @@ DEFAULTS = {  # Gibbs MedLDA multi-class (c=1, ell=64); Zhu et al. 2013 binary (
     "logistic": {"c": 25.0, "ell": 0.0, "epsilon": 0.0},
     "regression": {"c": 1.0, "ell": 0.0, "epsilon": 1e-3},
 }
+PG_CHOICES = ("auto", *_s.METHODS)  # "auto": exact for c <= PG_EXACT_MAX_C, else the gamma sum
+PG_EXACT_MAX_C = 8.0  # exact PG(c) costs grow with c (chunks of <= 4); the gamma sum's cost does not
 SNAPSHOT_KIND = "streamtopics.supervised.head"
 SNAPSHOT_FORMAT = 1
 
@@ -354,13 +357,16 @@ class SupervisedHead:
     task : "multiclass" | "multilabel" | "regression"; None infers it from the first
         labelled target (str -> multiclass, list of str -> multilabel).
     c, ell, epsilon : loss constants (regularisation constant, hinge margin ell, regression eps);
-        None takes the loss's default in ``DEFAULTS``.
-    prior_var : nu^2 of the isotropic prior eta_yk ~ N(0, nu^2).
+        None takes the loss's paper default in ``DEFAULTS``; ``"auto"`` scales it to the data
+        (``supervised.scaling``: mean labelled document length, K, response scale), measured by
+        :meth:`calibrate` as labelled batches arrive.
+    prior_var : nu^2 of the isotropic prior eta_yk ~ N(0, nu^2); ``"auto"``: K unit^2 (scaling).
     decay : in (0, 1]; weight kept by the carried statistics at each batch.
     gibbs_sweeps : sweeps per ``update`` (each: augmentation, then one coordinate sweep).
     burn_in : sweeps discarded before averaging (default gibbs_sweeps // 2).
     seed : integer seed of every draw.
-    pg_method : "exact" (Devroye / alternate) or "gamma_sum" (approximate, see samplers).
+    pg_method : "exact" (Devroye / alternate), "gamma_sum" (approximate, see samplers) or "auto"
+        (exact for c <= PG_EXACT_MAX_C, the gamma sum above, where exact draws cost O(c)).
     pg_tol : W2 tolerance (in standard deviations) of the gamma-sum method.
     max_labels, on_overflow : label vocabulary cap and policy (see ``labels``).
     memo_window : keep at most this many memoized batches (oldest subtracted); None = all.
@@ -383,9 +389,17 @@ class SupervisedHead:
         elif task not in (None, "multiclass", "multilabel"):
             raise ValueError(f"task for a classification loss must be 'multiclass' or 'multilabel' (got {task!r})")
         d = DEFAULTS[loss]
-        c = d["c"] if c is None else float(c)
-        ell = d["ell"] if ell is None else float(ell)
-        epsilon = d["epsilon"] if epsilon is None else float(epsilon)
+        given = {"c": c, "ell": ell, "epsilon": epsilon, "prior_var": prior_var}
+        for name, v in given.items():
+            if isinstance(v, str) and v != AUTO:
+                raise ValueError(f"{name} must be a number, None or {AUTO!r} (got {v!r})")
+        self._auto = tuple(n for n in AUTO_NAMES if given[n] == AUTO)
+        self.scale_stats = ScaleStats()
+        provisional = auto_constants(loss, int(n_topics), self.scale_stats.mean_doc_len)
+        c = provisional["c"] if c == AUTO else d["c"] if c is None else float(c)
+        ell = provisional["ell"] if ell == AUTO else d["ell"] if ell is None else float(ell)
+        epsilon = provisional["epsilon"] if epsilon == AUTO else d["epsilon"] if epsilon is None else float(epsilon)
+        prior_var = provisional["prior_var"] if prior_var == AUTO else float(prior_var)
         if not (c > 0 and math.isfinite(c)):
             raise ValueError(f"c must be positive (got {c})")
         if loss == "hinge" and not ell > 0:
@@ -400,9 +414,9 @@ class SupervisedHead:
             raise ValueError(f"gibbs_sweeps must be a positive int (got {gibbs_sweeps!r})")
         if burn_in is not None and (not isinstance(burn_in, (int, np.integer)) or burn_in < 0):
             raise ValueError(f"burn_in must be a non-negative int or None (got {burn_in!r})")
-        if pg_method not in _s.METHODS:
-            raise ValueError(f"pg_method must be one of {sorted(_s.METHODS)} (got {pg_method!r})")
-        if loss == "logistic" and pg_method == "exact" and c < 1.0:
+        if pg_method not in PG_CHOICES:
+            raise ValueError(f"pg_method must be one of {sorted(PG_CHOICES)} (got {pg_method!r})")
+        if loss == "logistic" and pg_method == "exact" and c < 1.0 and "c" not in self._auto:
             raise ValueError("exact PG sampling needs c >= 1; use pg_method='gamma_sum' for c < 1")
         if not 0.0 < pg_tol < 1.0:
             raise ValueError(f"pg_tol must be in (0, 1) (got {pg_tol})")
@@ -438,8 +452,12 @@ class SupervisedHead:
 
     # ------------------------------------------------------------------ parameters
     def get_params(self) -> dict:
-        return {"n_topics": self.n_topics, "loss": self.loss, "task": self.task, "c": self.c,
-                "ell": self.ell, "epsilon": self.epsilon, "prior_var": self.prior_var,
+        """Constructor arguments; self-scaling constants come back as ``"auto"`` (their current
+        values are the attributes c, ell, epsilon, prior_var)."""
+        cur = {"c": self.c, "ell": self.ell, "epsilon": self.epsilon, "prior_var": self.prior_var}
+        cur.update({n: AUTO for n in self._auto})
+        return {"n_topics": self.n_topics, "loss": self.loss, "task": self.task, "c": cur["c"],
+                "ell": cur["ell"], "epsilon": cur["epsilon"], "prior_var": cur["prior_var"],
                 "decay": self.decay, "gibbs_sweeps": self.gibbs_sweeps, "burn_in": self.burn_in,
                 "seed": self.seed, "pg_method": self.pg_method, "pg_tol": self.pg_tol,
                 "max_labels": self.labels.max_labels, "on_overflow": self.labels.on_overflow,
@@ -453,6 +471,43 @@ class SupervisedHead:
     @property
     def prior_prec(self) -> float:
         return 1.0 / self.prior_var
+
+    @property
+    def auto_constants(self) -> tuple[str, ...]:
+        """Names of the constants that scale themselves (see ``supervised.scaling``)."""
+        return self._auto
+
+    def calibrate(self, doc_lengths, targets) -> None:
+        """Measure a labelled batch for the self-scaling constants: token counts of its documents
+        (``doc_lengths``, one per document) and, for regression, their responses.  Unlabelled
+        documents are ignored.  Call before the batch's local step and ``update``; a no-op when
+        every constant was given explicitly."""
+        if not self._auto:
+            return
+        tg = targets if isinstance(targets, Targets) else self.encode_targets(targets, grow=False)
+        lengths = np.asarray(doc_lengths, dtype=np.float64).ravel()
+        if lengths.shape[0] != tg.y.shape[0]:
+            raise ValueError(f"{lengths.shape[0]} document lengths for {tg.y.shape[0]} targets")
+        rows = tg.labelled
+        responses = tg.y[rows, 0] if self.task == "regression" else None
+        self.scale_stats.observe(lengths[rows], responses)
+        self._apply_auto()
+
+    def _apply_auto(self) -> None:
+        if not self._auto:
+            return
+        sd, rms = self.scale_stats.response_moments()
+        vals = auto_constants(self.loss, self.n_topics, self.scale_stats.mean_doc_len, sd, rms)
+        for name in self._auto:
+            setattr(self, name, float(vals[name]))
+        if self.n_updates == 0 and "prior_var" in self._auto:
+            self.eta_sq_mean[:] = self.prior_var  # untrained: q(eta) is still the (now calibrated) prior
+
+    def _pg_id(self) -> int:
+        m = self.pg_method
+        if m == "auto":
+            m = "exact" if 1.0 <= self.c <= PG_EXACT_MAX_C else "gamma_sum"
+        return _s.METHODS[m]
 
     # ------------------------------------------------------------------ targets
     def _infer_task(self, targets) -> None:
@@ -584,7 +639,7 @@ class SupervisedHead:
         rho = np.zeros(om.shape)
         kappa = np.zeros(om.shape)
         self._reseed()
-        _augment(LOSSES[self.loss], self.c, self.ell, self.epsilon, _s.METHODS[self.pg_method], self.pg_tol,
+        _augment(LOSSES[self.loss], self.c, self.ell, self.epsilon, self._pg_id(), self.pg_tol,
                  np.ascontiguousarray(tg.y), np.ascontiguousarray(tg.mask), om, rho, kappa)
         return rho, kappa
 
@@ -680,7 +735,7 @@ class SupervisedHead:
             rho_sum = np.zeros_like(rho)
             kappa_sum = np.zeros_like(rho)
             self._reseed()
-            kept = _gibbs_batch(LOSSES[self.loss], self.c, self.ell, self.epsilon, _s.METHODS[self.pg_method],
+            kept = _gibbs_batch(LOSSES[self.loss], self.c, self.ell, self.epsilon, self._pg_id(),
                                 self.pg_tol, y, mask, self.eta, self.A, self.r, self.prior_prec,
                                 cptr, crow, cval, om, u, n_sweeps, burn, rho, kappa,
                                 rho_sum, kappa_sum, self._acc_sum, self._acc_sq)
@@ -726,7 +781,9 @@ class SupervisedHead:
         if (s < m * m - 1e-12 * np.maximum(1.0, m * m)).any():
             raise ValueError("e_omega_sq must be >= e_omega^2")
         y, c, ell, eps = tg.y, self.c, self.ell, self.epsilon
-        tiny = 1e-300
+        # E zeta^2 is floored at 1/c^2, the width of exp(-2c max(0, zeta)): at E zeta^2 -> 0 the
+        # GIG mean E[1/lam] diverges and the label term would swamp the words (docs/supervised.md §7).
+        tiny = 1.0 / (c * c)
         with np.errstate(divide="ignore"):
             if self.loss == "hinge":
                 ez2 = np.maximum(ell * ell - 2.0 * ell * y * m + s, tiny)
@@ -760,7 +817,7 @@ class SupervisedHead:
         header = {"kind": SNAPSHOT_KIND, "format": SNAPSHOT_FORMAT, "params": self.get_params(),
                   "task": self.task, "labels": self.labels.state(), "n_calls": self.n_calls,
                   "n_updates": self.n_updates, "docs_seen": self.docs_seen, "memo": memo_meta,
-                  "acc_n": self._acc_n}
+                  "acc_n": self._acc_n, "scale_stats": self.scale_stats.state()}
         cat = {"indptr": np.int64, "indices": np.int32, "data": np.float64, "rho": np.float64, "kappa": np.float64}
         arrays = {"eta": self.eta.copy(), "eta_mean": self.eta_mean.copy(), "eta_sq_mean": self.eta_sq_mean.copy(),
                   "A": self.A.copy(), "r": self.r.copy(), "acc_sum": self._acc_sum.copy(),
@@ -795,6 +852,9 @@ class SupervisedHead:
         head.n_calls = int(header["n_calls"])
         head.n_updates = int(header["n_updates"])
         head.docs_seen = int(header["docs_seen"])
+        if "scale_stats" in header:
+            head.scale_stats = ScaleStats.restore(header["scale_stats"])
+            head._apply_auto()
         o = {"indptr": 0, "indices": 0, "data": 0, "rho": 0, "kappa": 0}
         for key, weight, n_docs, n_rows, nnz in header["memo"]:
             def take(name, n):

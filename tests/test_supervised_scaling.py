@@ -1,0 +1,75 @@
+"""Self-scaling supervised defaults (docs/supervised.md §7, supervised/scaling.py)."""
+import numpy as np
+import pytest
+
+from streamtopics import TopicModel, load_snapshot
+from streamtopics.supervised import SupervisedHead
+from streamtopics.supervised.scaling import ScaleStats, auto_constants
+
+
+def test_rule_scales_with_document_length_topics_and_response():
+    h1, h2 = auto_constants("hinge", 50, 40.0), auto_constants("hinge", 50, 400.0)
+    assert h2["c"] == pytest.approx(10 * h1["c"]) and h1["ell"] == 1.0
+    assert h1["c"] * h1["ell"] == pytest.approx(40.0)
+    assert auto_constants("logistic", 200, 40.0)["prior_var"] == pytest.approx(4 * auto_constants("logistic", 50, 40.0)["prior_var"])
+    assert auto_constants("logistic", 50, 140.0)["c"] == pytest.approx(140.0)
+    # regression: (y, eps, nu) -> s (y, eps, nu), c -> c / s
+    r1 = auto_constants("regression", 20, 100.0, response_sd=1.5, response_rms=2.0)
+    r2 = auto_constants("regression", 20, 100.0, response_sd=15.0, response_rms=20.0)
+    assert r2["c"] == pytest.approx(r1["c"] / 10) and r2["epsilon"] == pytest.approx(10 * r1["epsilon"])
+    assert r2["prior_var"] == pytest.approx(100 * r1["prior_var"])
+    st = ScaleStats()
+    st.observe([10, 30], [1.0, 3.0])
+    assert st.mean_doc_len == 20.0 and st.response_moments() == pytest.approx((1.0, np.sqrt(5.0)))
+
+
+def test_head_calibrates_on_labelled_documents_and_explicit_values_override():
+    h = SupervisedHead(8, "logistic", c="auto", prior_var="auto")
+    tg = h.encode_targets(["a", None, "b"], grow=True)
+    h.calibrate([10, 1000, 30], tg)  # the unlabelled 1000-token document does not count
+    assert h.c == pytest.approx(20.0) and h.prior_var == pytest.approx(8.0)
+    assert h.get_params()["c"] == "auto"
+    fixed = SupervisedHead(8, "logistic", c=5.0, prior_var="auto")
+    fixed.calibrate([10, 1000, 30], fixed.encode_targets(["a", None, "b"], grow=True))
+    assert fixed.c == 5.0 and fixed.get_params()["c"] == 5.0
+    with pytest.raises(ValueError, match="auto"):
+        SupervisedHead(8, "hinge", c="big")
+
+
+def test_model_defaults_track_the_stream_and_survive_a_snapshot(tmp_path):
+    rng = np.random.default_rng(0)
+    docs = [[f"w{v}" for v in rng.choice(30, 20) + 30 * (i % 2)] for i in range(120)]
+    m = TopicModel(n_topics=4, supervision="hinge", seed=0)
+    m.partial_fit(docs[:60], labels=[f"c{i % 2}" for i in range(60)])
+    assert m.head.c == pytest.approx(20.0) and m.head.ell == 1.0 and m.head.prior_var == pytest.approx(4.0)
+    m.save(tmp_path / "m.stsnap")
+    r = load_snapshot(tmp_path / "m.stsnap")
+    assert r.head.c == m.head.c and r.head.auto_constants == m.head.auto_constants
+    longer = [d * 3 for d in docs[60:]]
+    for mm in (m, r):
+        mm.partial_fit(longer, labels=[f"c{i % 2}" for i in range(60)])
+    assert m.head.c == pytest.approx(40.0)  # mean over all labelled documents: (60 * 20 + 60 * 60) / 120
+    np.testing.assert_array_equal(m.head.eta_mean, r.head.eta_mean)
+    explicit = TopicModel(n_topics=4, supervision="hinge", sup_c=3.0, sup_ell=2.0, sup_prior_var=5.0)
+    explicit.partial_fit(docs[:60], labels=[f"c{i % 2}" for i in range(60)])
+    assert (explicit.head.c, explicit.head.ell, explicit.head.prior_var) == (3.0, 2.0, 5.0)
+
+
+def test_regression_defaults_are_invariant_to_the_response_unit():
+    """y in other units (x 10): with c, eps and nu^2 scaling themselves the predictions scale too."""
+    rng = np.random.default_rng(1)
+    docs, y = [], []
+    for i in range(160):
+        g = rng.random()
+        n1 = int(30 * g)
+        docs.append([f"a{v}" for v in rng.choice(15, n1)] + [f"b{v}" for v in rng.choice(15, 30 - n1)])
+        y.append(2.0 * g - 0.5 + 0.05 * rng.normal())
+    preds = []
+    for s in (1.0, 10.0):
+        m = TopicModel(n_topics=3, supervision="regression", seed=0)
+        for lo in range(0, 120, 40):
+            m.partial_fit(docs[lo:lo + 40], labels=[s * v for v in y[lo:lo + 40]])
+        preds.append(np.array(m.predict(docs[120:])))
+    np.testing.assert_allclose(preds[1], 10.0 * preds[0], rtol=1e-6, atol=1e-9)
+    yt = np.array(y[120:])
+    assert 1 - np.sum((yt - preds[0]) ** 2) / np.sum((yt - yt.mean()) ** 2) > 0.8
