@@ -22,6 +22,7 @@ from .batch import Batch, build_batch
 from .engines.alias import ALPHA_PROPOSALS, PROPOSALS, AliasEngine, check_tries
 from .engines.lsparse import LSparseEngine
 from .evaluate import heldout_loglik_arrays
+from .parallel import ThreadRunner, resolve_threads
 from .snapshot import read_snapshot, write_snapshot
 from .state import ModelState
 from .supervised.classifier import LOSSES as SUP_LOSSES
@@ -86,6 +87,9 @@ class TopicModel:
         or ``"supervised"`` (the local step that saw the labels).
     sup_local : whether the variational local step of a labelled batch includes the label term
         (False: topics are learned unsupervised and only the classifier sees the labels).
+    threads : threads of the variational local step (``partial_fit``, ``transform``, ``predict``):
+        a minibatch's documents are split over them.  None (or 0): the cores this process may
+        use (its CPU affinity).  The model is the same bit for bit whatever the number.
     """
 
     def __init__(self, n_topics: int = 100, engine: str = "lsparse", sparsity: int = 8,
@@ -102,7 +106,8 @@ class TopicModel:
                  supervision: str | None = None, sup_c: float | None = None, sup_ell: float | None = None,
                  sup_epsilon: float | None = None, sup_prior_var: float = 1.0, sup_decay: float = 1.0,
                  sup_sweeps: int = 10, sup_burn_in: int | None = None, sup_pg_method: str = "exact",
-                 sup_max_labels: int | None = None, sup_features: str = "unsupervised", sup_local: bool = True):
+                 sup_max_labels: int | None = None, sup_features: str = "unsupervised", sup_local: bool = True,
+                 threads: int | None = None):
         self.n_topics = n_topics
         self.engine = engine
         self.sparsity = sparsity
@@ -148,6 +153,7 @@ class TopicModel:
         self.sup_max_labels = sup_max_labels
         self.sup_features = sup_features
         self.sup_local = sup_local
+        self.threads = threads
         self._validate()
         self._build()
 
@@ -157,7 +163,7 @@ class TopicModel:
                "max_word_len", "stopwords", "init", "init_smoothing", "burn_in", "sample_sweeps", "mh_steps",
                "proposal", "table_draws", "alpha_proposal", "tries", "supervision", "sup_c", "sup_ell",
                "sup_epsilon", "sup_prior_var", "sup_decay", "sup_sweeps", "sup_burn_in", "sup_pg_method", "sup_max_labels",
-               "sup_features", "sup_local")
+               "sup_features", "sup_local", "threads")
 
     def get_params(self) -> dict:
         p = {name: getattr(self, name) for name in self._PARAMS}
@@ -239,6 +245,7 @@ class TopicModel:
         need(self.sup_features in SUP_FEATURES, f"sup_features must be one of {SUP_FEATURES} "
                                                 f"(got {self.sup_features!r})")
         need(isinstance(self.sup_local, (bool, np.bool_)), f"sup_local must be a bool (got {self.sup_local!r})")
+        resolve_threads(self.threads)  # ValueError unless None, 0 or an integer >= 1
 
     def _build(self) -> None:
         self.tokenizer = Tokenizer(self.min_word_len, self.max_word_len, self.stopwords)
@@ -255,7 +262,7 @@ class TopicModel:
             self.local_step = LSparseEngine(
                 sparsity=int(self.sparsity), max_iter=int(self.max_iter), tol=float(self.tol),
                 active_eps=float(self.active_eps), restart_trials=int(self.restart_trials) if self.restarts else 0,
-                restart_iters=int(self.restart_iters))
+                restart_iters=int(self.restart_iters), runner=ThreadRunner(self.threads))
         if self.update == "stochastic":
             self.updater = StochasticUpdate(self.delay, self.forgetting_rate, self.rho_min, self.corpus_size)
         else:

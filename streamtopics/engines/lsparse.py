@@ -37,12 +37,13 @@ unsupervised objective, so labelled documents skip them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
 
 from .._numeric import digamma, select_top
+from ..parallel import ThreadRunner, split_weighted
 from ..summary import LocalResult, Summary, summarize_sparse
 
 
@@ -187,13 +188,20 @@ def _word_top(C, L):
     """Cold-start top-L per batch word: with a uniform document prior W_duk = C_uk depends on u only.
     Also returns max_k C_uk per word."""
     U = C.shape[0]
-    K = C.shape[1]
     idx = np.empty((U, L), dtype=np.int32)
     val = np.empty((U, L))
     cmax = np.empty(U)
+    word_top_rows(C, L, idx, val, cmax, 0, U)
+    return idx, val, cmax
+
+
+@njit(cache=True, nogil=True)
+def word_top_rows(C, L, idx, val, cmax, u0, u1):
+    """``_word_top`` for rows u0..u1-1 (rows are independent: safe to split over threads)."""
+    K = C.shape[1]
     vals = np.empty(K)
     buf = np.empty(K, dtype=np.int32)
-    for u in range(U):
+    for u in range(u0, u1):
         for k in range(K):
             vals[k] = C[u, k]
             buf[k] = k
@@ -206,7 +214,6 @@ def _word_top(C, L):
         for l in range(L):
             idx[u, l] = buf[l]
             val[u, l] = math.exp(vals[l] - mx)  # unnormalised cold-start responsibility
-    return idx, val, cmax
 
 
 @njit(cache=True, nogil=True)
@@ -453,29 +460,46 @@ def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restar
     the final expected augmentation (rho, kappa), shape (D, n_labels)."""
     D = doc_ptr.shape[0] - 1
     K = C.shape[1]
-    nnz = loc.shape[0]
     Lc = L if L < K else K
-    doc_topic = np.zeros((D, K))
-    top_idx = np.zeros((nnz, Lc), dtype=np.int32)
-    top_r = np.zeros((nnz, Lc))
-    top_e = np.zeros((nnz, Lc))
-    top_n = np.zeros(nnz, dtype=np.int32)
-    iters = np.zeros(D, dtype=np.int32)
-    n_active = np.zeros(D, dtype=np.int32)
-    data = np.zeros(D)
-    ent = np.zeros(D)
-    alloc = np.zeros(D)
+    init_idx, init_val, cmax = _word_top(C, Lc)
+    outs = batch_outputs(D, loc.shape[0], K, Lc, E.shape[0], sup)
+    doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc, sup_rho, sup_kappa = outs
+    tried, accepted = lsparse_docs(0, D, C, cmax, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol,
+                                   eps, restart_trials, restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps,
+                                   sup_damp, doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent,
+                                   alloc, sup_rho, sup_kappa)
+    return doc_topic, top_idx, top_r, top_n, iters, n_active, data, ent, alloc, tried, accepted, sup_rho, sup_kappa
+
+
+@njit(cache=True, nogil=True)
+def batch_outputs(D, nnz, K, Lc, Ly, sup):
+    """The per-document and per-entry output arrays of a batch (filled by ``lsparse_docs``)."""
+    return (np.zeros((D, K)), np.zeros((nnz, Lc), dtype=np.int32), np.zeros((nnz, Lc)), np.zeros((nnz, Lc)),
+            np.zeros(nnz, dtype=np.int32), np.zeros(D, dtype=np.int32), np.zeros(D, dtype=np.int32),
+            np.zeros(D), np.zeros(D), np.zeros(D), np.zeros((D if sup else 0, Ly)), np.zeros((D if sup else 0, Ly)))
+
+
+@njit(cache=True, nogil=True)
+def lsparse_docs(d0, d1, C, cmax, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol, eps,
+                 restart_trials, restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps, sup_damp,
+                 doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc, sup_rho, sup_kappa):
+    """The local step of documents d0..d1-1, written into their rows/entries of the outputs.
+
+    A document reads only the batch's shared inputs (C, the cold-start top-L) and its own
+    rows, and all scratch is private to the call, so disjoint document ranges can run on
+    separate threads (the GIL is released) with results identical to one call over all
+    documents.  Returns (restarts tried, restarts accepted) of the range."""
+    K = C.shape[1]
     P = np.zeros(K)
     eP = np.zeros(K)
     Nold = np.zeros(K)
     sel = np.empty(K, dtype=np.int32)
     in_sel = np.zeros(K, dtype=np.uint8)
-    init_idx, init_val, cmax = _word_top(C, Lc)
     vals = np.empty(K)
     idxbuf = np.empty(K, dtype=np.int32)
     w = np.empty(Lc)
     max_u = 0
-    for d in range(D):
+    for d in range(d0, d1):
         if doc_ptr[d + 1] - doc_ptr[d] > max_u:
             max_u = doc_ptr[d + 1] - doc_ptr[d]
     bk_idx = np.empty((max_u, Lc), dtype=np.int32)
@@ -488,13 +512,11 @@ def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restar
     tried = 0
     accepted = 0
     Ly = E.shape[0]
-    sup_rho = np.zeros((D if sup else 0, Ly))
-    sup_kappa = np.zeros((D if sup else 0, Ly))
     G = np.zeros(K)
     mbar = np.zeros(Ly)
     tmp = np.zeros(Ly)
     tmpG = np.zeros(K)
-    for d in range(D):
+    for d in range(d0, d1):
         s = doc_ptr[d]
         e = doc_ptr[d + 1]
         if e == s:
@@ -587,7 +609,7 @@ def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restar
         n_active[d] = n_sel
         for a in range(n_sel):
             in_sel[sel[a]] = 0
-    return doc_topic, top_idx, top_r, top_n, iters, n_active, data, ent, alloc, tried, accepted, sup_rho, sup_kappa
+    return tried, accepted
 
 
 @njit(cache=True, nogil=True)
@@ -631,6 +653,33 @@ def dense_doc_reference(C, cnt, alpha, max_iter, tol):
     return N, it
 
 
+def run_lsparse(runner, C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_trials, restart_iters,
+                sup, E, V, Y, M, loss, c, ell, sup_eps, sup_damp):
+    """``lsparse_batch_sup`` with the documents (and the cold start's word rows) split over
+    ``runner``'s threads.  Documents are independent given C, so the outputs are the same
+    bit for bit for any number of threads (the restart counters are integer sums)."""
+    if runner is None or runner.threads == 1:
+        return lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_trials, restart_iters,
+                                 sup, E, V, Y, M, loss, c, ell, sup_eps, sup_damp)
+    D = doc_ptr.shape[0] - 1
+    U, K = C.shape
+    Lc = L if L < K else K
+    init_idx = np.empty((U, Lc), dtype=np.int32)
+    init_val = np.empty((U, Lc))
+    cmax = np.empty(U)
+    runner.run(lambda lo, hi: word_top_rows(C, Lc, init_idx, init_val, cmax, lo, hi),
+               split_weighted(np.arange(U + 1), runner.chunks()))
+    outs = batch_outputs(D, loc.shape[0], K, Lc, E.shape[0], sup)
+    counts = runner.run(lambda d0, d1: lsparse_docs(d0, d1, C, cmax, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc,
+                                                    max_iter, tol, eps, restart_trials, restart_iters, sup, E, V, Y,
+                                                    M, loss, c, ell, sup_eps, sup_damp, *outs),
+                        split_weighted(doc_ptr, runner.chunks()))
+    tried = sum(t for t, _ in counts)
+    accepted = sum(a for _, a in counts)
+    doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc, sup_rho, sup_kappa = outs
+    return doc_topic, top_idx, top_r, top_n, iters, n_active, data, ent, alloc, tried, accepted, sup_rho, sup_kappa
+
+
 @dataclass
 class LSparseEngine:
     """Configuration of the L-sparse local step; ``infer`` runs it on a batch."""
@@ -643,18 +692,17 @@ class LSparseEngine:
     restart_iters: int = 2
     sup_damping: float = 0.5
     name: str = "lsparse"
+    runner: ThreadRunner | None = field(default=None, repr=False, compare=False)  # None: one thread
 
     def infer(self, state, batch, summarize: bool = True, head=None, targets=None) -> LocalResult:
         """Local step on ``batch``.  With ``head`` (a SupervisedHead) and ``targets`` (its
         ``Targets`` for this batch) labelled documents get the label term in their weights
         (module docstring); ``result.sup_rho`` / ``result.sup_kappa`` (D, n_labels) hold the
         final expected augmentation.  Without them the result is the unsupervised step's, bit for bit."""
-        C = state.expected_log_phi(batch.uniq)
-        args = (C, batch.doc_ptr, batch.local, batch.counts, float(state.alpha), int(self.sparsity),
-                int(self.max_iter), float(self.tol), float(self.active_eps),
-                int(self.restart_trials), int(self.restart_iters))
-        sup_stats: dict = {}
-        if head is not None and targets is not None and head.n_labels > 0:
+        runner = self.runner
+        C = state.expected_log_phi(batch.uniq, runner=runner)
+        sup = head is not None and targets is not None and head.n_labels > 0
+        if sup:
             from ..supervised.classifier import LOSSES
 
             E = np.ascontiguousarray(head.eta_mean, dtype=np.float64)
@@ -663,11 +711,16 @@ class LSparseEngine:
             M = np.ascontiguousarray(targets.mask, dtype=np.uint8)
             if Y.shape != (batch.n_docs, E.shape[0]):
                 raise ValueError(f"targets encode {Y.shape}, expected ({batch.n_docs}, {E.shape[0]})")
-            out = lsparse_batch_sup(*args, True, E, V, Y, M, LOSSES[head.loss], float(head.c), float(head.ell),
-                                    float(head.epsilon), float(self.sup_damping))
-            sup_stats = {"sup_rho": out[11], "sup_kappa": out[12]}
+            loss, c, ell, sup_eps = LOSSES[head.loss], float(head.c), float(head.ell), float(head.epsilon)
         else:
-            out = lsparse_batch(*args)
+            E = V = np.zeros((0, C.shape[1]))
+            Y = np.zeros((0, 0))
+            M = np.zeros((0, 0), dtype=np.uint8)
+            loss, c, ell, sup_eps = 0, 1.0, 0.0, 0.0
+        out = run_lsparse(runner, C, batch.doc_ptr, batch.local, batch.counts, float(state.alpha), int(self.sparsity),
+                          int(self.max_iter), float(self.tol), float(self.active_eps), int(self.restart_trials),
+                          int(self.restart_iters), sup, E, V, Y, M, loss, c, ell, sup_eps, float(self.sup_damping))
+        sup_stats = {"sup_rho": out[11], "sup_kappa": out[12]} if sup else {}
         doc_topic, top_idx, top_r, top_n, iters, n_active, data, ent, alloc, tried, accepted = out[:11]
         summary = None
         if summarize:
