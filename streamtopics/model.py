@@ -282,6 +282,15 @@ class TopicModel:
             seed=int(np.random.SeedSequence([int(self.seed), 5]).generate_state(1)[0]),
             pg_method=self.sup_pg_method, max_labels=self.sup_max_labels)
 
+    def set_threads(self, threads: int | None) -> None:
+        """Change the number of threads (None or 0: the available cores); results do not depend on it."""
+        resolve_threads(threads)
+        self.threads = threads
+        old = getattr(self.local_step, "runner", None)
+        if old is not None:
+            old.close()
+            self.local_step.runner = ThreadRunner(threads)
+
     # -- documents --------------------------------------------------------------------
     def tokenize(self, docs: Sequence) -> list[list[str]]:
         """Raw strings go through the tokenizer; token lists are taken as given."""
