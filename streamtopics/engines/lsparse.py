@@ -114,6 +114,9 @@ def _resp_pass(C, cmax, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_se
                 floor = vmax - 36.0
                 if floor > tau:
                     tau = floor
+            # Scan candidates in decreasing P_k keeping the best `want` in a sorted buffer; once
+            # it is full its last value raises the threshold, so the scan stops as soon as the
+            # bound max_k C_uk + P_k falls below the L-th best seen (the L winners are exact).
             n = 0
             cu = cmax[u]
             for a in range(n_sel):
@@ -122,15 +125,24 @@ def _resp_pass(C, cmax, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_se
                 if cu + pk < tau:
                     break  # sel is sorted by P: no later candidate can reach tau
                 v = C[u, k] + pk
-                if v >= tau:
-                    vals[n] = v
-                    idxbuf[n] = k
+                if v < tau:
+                    continue
+                if n < want:
+                    i = n
                     n += 1
-            if n < want:  # the floor left fewer than L; the rest were negligible anyway
-                m = n
-            else:
-                select_top(vals, idxbuf, n, want)
-                m = want
+                elif v > vals[want - 1]:
+                    i = want - 1
+                else:
+                    continue
+                while i > 0 and vals[i - 1] < v:
+                    vals[i] = vals[i - 1]
+                    idxbuf[i] = idxbuf[i - 1]
+                    i -= 1
+                vals[i] = v
+                idxbuf[i] = k
+                if n == want and vals[want - 1] > tau:
+                    tau = vals[want - 1]
+            m = n  # fewer than L only when the floor left fewer (the rest were negligible anyway)
             for l in range(m):
                 k = idxbuf[l]
                 top_idx[j, l] = k
