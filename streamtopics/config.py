@@ -259,6 +259,8 @@ class ModelConfig:
     max_local_iters: int = opt(_library_default("max_iter"), "Upper bound on local-step iterations per document.", ge=1)
     local_tol: float = opt(_library_default("tol"), "Local step stops when the mean change of theta falls below this.", gt=0)
     restarts: bool = opt(_library_default("restarts"), "Local-step restarts: try other initialisations on hard documents and keep the best.")
+    threads: int = opt(0, "Threads of the variational local step (a batch's documents split over them; the model "
+                          "is the same for any number); 0 = the cores the process may use.", ge=0, le=1024)
     burn_in: int = opt(_library_default("burn_in"), "Alias engine: sweeps over each minibatch before its statistics are collected.", ge=0)
     sample_sweeps: int = opt(_library_default("sample_sweeps"), "Alias engine: sweeps whose topic counts are averaged into the update.", ge=1)
     mh_steps: int = opt(_library_default("mh_steps"), "Alias engine: Metropolis-Hastings steps of each kind (word, doc) per token and sweep.", ge=1)

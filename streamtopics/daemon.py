@@ -114,7 +114,7 @@ def model_from_config(m: ModelConfig) -> TopicModel:
         supervision=None if m.supervision == "none" else m.supervision, sup_c=m.sup_c or None,
         sup_ell=m.sup_ell or None, sup_epsilon=m.sup_epsilon or None, sup_prior_var=m.sup_prior_var or None,
         sup_decay=m.sup_decay, burn_in=m.burn_in, sample_sweeps=m.sample_sweeps, mh_steps=m.mh_steps,
-        tries=_alias_tries(m))
+        tries=_alias_tries(m), threads=m.threads or None)
 
 
 def prequential_window(cfg: Config) -> int:
@@ -446,6 +446,7 @@ class Daemon:
 
     def _adopt(self, model: TopicModel, path: Path) -> None:
         info = model.snapshot_info
+        model.set_threads(self.cfg.model.threads or None)  # how to run is this host's choice, not the snapshot's
         offsets = {str(k): int(v) for k, v in (info.get("offsets") or {}).items()}
         daemon_extra = (info.get("extra") or {}).get("daemon") or {}
         if daemon_extra.get("ledger"):

@@ -23,6 +23,7 @@ from .engines.alias import ALPHA_PROPOSALS, PROPOSALS, AliasEngine, check_tries
 from .engines.lsparse import LSparseEngine
 from .evaluate import heldout_loglik_arrays
 from .hyper import alpha_step
+from .parallel import ThreadRunner, resolve_threads
 from .snapshot import read_snapshot, write_snapshot
 from .state import ModelState
 from .supervised.classifier import LOSSES as SUP_LOSSES
@@ -95,6 +96,9 @@ class TopicModel:
         or ``"supervised"`` (the local step that saw the labels).
     sup_local : whether the variational local step of a labelled batch includes the label term
         (False: topics are learned unsupervised and only the classifier sees the labels).
+    threads : threads of the variational local step (``partial_fit``, ``transform``, ``predict``):
+        a minibatch's documents are split over them.  None (or 0): the cores this process may
+        use (its CPU affinity).  The model is the same bit for bit whatever the number.
     """
 
     def __init__(self, n_topics: int = 100, engine: str = "lsparse", sparsity: int = 8,
@@ -112,7 +116,7 @@ class TopicModel:
                  sup_epsilon: float | None = None, sup_prior_var: float | None = None, sup_decay: float = 1.0,
                  sup_sweeps: int = 10, sup_burn_in: int | None = None, sup_pg_method: str = "auto",
                  sup_max_labels: int | None = None, sup_features: str = "unsupervised", sup_local: bool = True,
-                 segmentation: str = "whitespace"):
+                 segmentation: str = "whitespace", threads: int | None = None):
         self.n_topics = n_topics
         self.engine = engine
         self.sparsity = sparsity
@@ -159,6 +163,7 @@ class TopicModel:
         self.sup_features = sup_features
         self.sup_local = sup_local
         self.segmentation = segmentation
+        self.threads = threads
         self._validate()
         self._build()
 
@@ -168,7 +173,7 @@ class TopicModel:
                "max_word_len", "stopwords", "init", "init_smoothing", "burn_in", "sample_sweeps", "mh_steps",
                "proposal", "table_draws", "alpha_proposal", "tries", "supervision", "sup_c", "sup_ell",
                "sup_epsilon", "sup_prior_var", "sup_decay", "sup_sweeps", "sup_burn_in", "sup_pg_method", "sup_max_labels",
-               "sup_features", "sup_local", "segmentation")
+               "sup_features", "sup_local", "segmentation", "threads")
 
     def get_params(self) -> dict:
         p = {name: getattr(self, name) for name in self._PARAMS}
@@ -252,6 +257,7 @@ class TopicModel:
         need(isinstance(self.sup_local, (bool, np.bool_)), f"sup_local must be a bool (got {self.sup_local!r})")
         need(self.segmentation in SEGMENTATIONS,
              f"segmentation must be one of {SEGMENTATIONS} (got {self.segmentation!r})")
+        resolve_threads(self.threads)  # ValueError unless None, 0 or an integer >= 1
 
     def _build(self) -> None:
         self.tokenizer = Tokenizer(self.min_word_len, self.max_word_len, self.stopwords, self.segmentation)
@@ -268,7 +274,7 @@ class TopicModel:
             self.local_step = LSparseEngine(
                 sparsity=int(self.sparsity), max_iter=int(self.max_iter), tol=float(self.tol),
                 active_eps=float(self.active_eps), restart_trials=int(self.restart_trials) if self.restarts else 0,
-                restart_iters=int(self.restart_iters))
+                restart_iters=int(self.restart_iters), runner=ThreadRunner(self.threads))
         if self.update == "stochastic":
             self.updater = StochasticUpdate(self.delay, self.forgetting_rate, self.rho_min, self.corpus_size)
         else:
@@ -292,6 +298,15 @@ class TopicModel:
             seed=int(np.random.SeedSequence([int(self.seed), 5]).generate_state(1)[0]),
             pg_method=self.sup_pg_method, max_labels=self.sup_max_labels,
             memo_window=self.memo_window if self.update == "memoized" else None)
+
+    def set_threads(self, threads: int | None) -> None:
+        """Change the number of threads (None or 0: the available cores); results do not depend on it."""
+        resolve_threads(threads)
+        self.threads = threads
+        old = getattr(self.local_step, "runner", None)
+        if old is not None:
+            old.close()
+            self.local_step.runner = ThreadRunner(threads)
 
     # -- documents --------------------------------------------------------------------
     def tokenize(self, docs: Sequence) -> list[list[str]]:

@@ -24,18 +24,23 @@ _RESCALE_BELOW = 1e-60
 
 @njit(cache=True, nogil=True)
 def _expected_log_phi(mu, scale, beta, rows, psi_tot, common):
+    out = np.empty((rows.shape[0], mu.shape[1]))
+    expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, 0, rows.shape[0])
+    return out
+
+
+@njit(cache=True, nogil=True)
+def expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, u0, u1):
+    """Rows u0..u1-1 of E[log phi] into ``out`` (each row independent: safe to split over threads)."""
     # Entries no batch summary has touched still hold the initial pseudo-count ``common``
     # (most of a rare word's K entries): their digamma is computed once, exactly the same.
-    U = rows.shape[0]
     K = mu.shape[1]
-    out = np.empty((U, K))
     psi_common = digamma(beta + scale * common)
-    for u in range(U):
+    for u in range(u0, u1):
         v = rows[u]
         for k in range(K):
             m = mu[v, k]
             out[u, k] = (psi_common if m == common else digamma(beta + scale * m)) - psi_tot[k]
-    return out
 
 
 @njit(cache=True, nogil=True)
@@ -114,11 +119,22 @@ class ModelState:
     def lam_totals(self) -> np.ndarray:
         return self.n_words * self.beta + self.scale * self.mu_totals
 
-    def expected_log_phi(self, rows: np.ndarray) -> np.ndarray:
-        """E[log phi_kv] = psi(lambda_kv) - psi(sum_v lambda_kv) for the given word ids, shape (U, K)."""
+    def expected_log_phi(self, rows: np.ndarray, runner=None) -> np.ndarray:
+        """E[log phi_kv] = psi(lambda_kv) - psi(sum_v lambda_kv) for the given word ids, shape (U, K).
+
+        ``runner`` (a ``parallel.ThreadRunner``) splits the rows over threads; the values are
+        the same whatever the split."""
         psi_tot = _psi_vec(self.lam_totals())
-        return _expected_log_phi(self.mu, self.scale, self.beta, np.asarray(rows, dtype=np.int64), psi_tot,
-                                 self.smoothing)
+        rows = np.asarray(rows, dtype=np.int64)
+        if runner is None or runner.threads == 1 or rows.shape[0] < 64:
+            return _expected_log_phi(self.mu, self.scale, self.beta, rows, psi_tot, self.smoothing)
+        from .parallel import split_weighted
+
+        out = np.empty((rows.shape[0], self.n_topics))
+        mu, scale, beta, common = self.mu, self.scale, self.beta, self.smoothing
+        runner.run(lambda lo, hi: expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, lo, hi),
+                   split_weighted(np.arange(rows.shape[0] + 1), runner.chunks()))
+        return out
 
     def topic_word(self) -> np.ndarray:
         """Posterior mean E[phi] as (K, V); rows sum to one."""

@@ -37,17 +37,18 @@ unsupervised objective, so labelled documents skip them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
 
 from .._numeric import digamma, select_top
+from ..parallel import ThreadRunner, split_weighted
 from ..summary import LocalResult, Summary, summarize_sparse
 
 
 @njit(cache=True, nogil=True)
-def _resp_pass(C, cmax, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
+def _resp_pass(C, cmax, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
                top_idx, top_r, top_e, top_n, vals, idxbuf, w):
     """One sweep over a document's word types; returns (n_sel, max |delta N|).
 
@@ -113,6 +114,9 @@ def _resp_pass(C, cmax, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, s
                 floor = vmax - 36.0
                 if floor > tau:
                     tau = floor
+            # Scan candidates in decreasing P_k keeping the best `want` in a sorted buffer; once
+            # it is full its last value raises the threshold, so the scan stops as soon as the
+            # bound max_k C_uk + P_k falls below the L-th best seen (the L winners are exact).
             n = 0
             cu = cmax[u]
             for a in range(n_sel):
@@ -121,23 +125,28 @@ def _resp_pass(C, cmax, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, s
                 if cu + pk < tau:
                     break  # sel is sorted by P: no later candidate can reach tau
                 v = C[u, k] + pk
-                if v >= tau:
-                    vals[n] = v
-                    idxbuf[n] = k
+                if v < tau:
+                    continue
+                if n < want:
+                    i = n
                     n += 1
-            if n < want:  # the floor left fewer than L; the rest were negligible anyway
-                m = n
-            else:
-                select_top(vals, idxbuf, n, want)
-                m = want
-            cmx = -np.inf
+                elif v > vals[want - 1]:
+                    i = want - 1
+                else:
+                    continue
+                while i > 0 and vals[i - 1] < v:
+                    vals[i] = vals[i - 1]
+                    idxbuf[i] = idxbuf[i - 1]
+                    i -= 1
+                vals[i] = v
+                idxbuf[i] = k
+                if n == want and vals[want - 1] > tau:
+                    tau = vals[want - 1]
+            m = n  # fewer than L only when the floor left fewer (the rest were negligible anyway)
             for l in range(m):
                 k = idxbuf[l]
                 top_idx[j, l] = k
-                if C[u, k] > cmx:
-                    cmx = C[u, k]
-            for l in range(m):
-                top_e[j, l] = math.exp(C[u, idxbuf[l]] - cmx)
+                top_e[j, l] = eC[u, k]  # exp(C_uk - max_k C_uk), once per batch (word_top_rows)
             top_n[j] = m
         # r_ul = exp(C_uk + P_k) / z = top_e * eP / z': the winners' exps are shared with the
         # re-weighting iterations (one exp per winner per selection, none in between).
@@ -187,13 +196,25 @@ def _word_top(C, L):
     """Cold-start top-L per batch word: with a uniform document prior W_duk = C_uk depends on u only.
     Also returns max_k C_uk per word."""
     U = C.shape[0]
-    K = C.shape[1]
     idx = np.empty((U, L), dtype=np.int32)
     val = np.empty((U, L))
     cmax = np.empty(U)
+    eC = np.empty((U, C.shape[1]))
+    word_top_rows(C, L, idx, val, cmax, eC, 0, U)
+    return idx, val, cmax, eC
+
+
+@njit(cache=True, nogil=True)
+def word_top_rows(C, L, idx, val, cmax, eC, u0, u1):
+    """``_word_top`` for rows u0..u1-1 (rows are independent: safe to split over threads).
+
+    Also the word part of the weights in the multiplicative domain, eC_uk = exp(C_uk - max_k C_uk):
+    every selection then reads a winner's factor instead of taking an exp per token and
+    iteration (r_ul = eC_uk exp(P_k) / z, Eq. 10 exponentiated)."""
+    K = C.shape[1]
     vals = np.empty(K)
     buf = np.empty(K, dtype=np.int32)
-    for u in range(U):
+    for u in range(u0, u1):
         for k in range(K):
             vals[k] = C[u, k]
             buf[k] = k
@@ -203,32 +224,49 @@ def _word_top(C, L):
             if vals[l] > mx:
                 mx = vals[l]
         cmax[u] = mx  # max_k C_uk: bounds every weight C_uk + P_k of this word (selection cut-off)
+        for k in range(K):
+            eC[u, k] = math.exp(C[u, k] - mx)
         for l in range(L):
             idx[u, l] = buf[l]
             val[u, l] = math.exp(vals[l] - mx)  # unnormalised cold-start responsibility
-    return idx, val, cmax
+
+
+
+
 
 
 @njit(cache=True, nogil=True)
-def _cold_start(loc, cnt, s, e, L, init_idx, init_val, N, sel, in_sel, top_idx, top_r, top_e, top_n):
-    """First sweep of a document from the per-word top-L; returns the active-set size."""
+def _cold_start(loc, cnt, s, e, L, alpha, sequential, init_idx, init_val, N, sel, in_sel, top_idx, top_r, top_e,
+                top_n):
+    """First sweep of a document from the per-word top-L; returns the active-set size.
+
+    Each word type keeps its topic-word top L (the cold start of App. D with a uniform
+    document prior), but the sweep is sequential: an entry's weights are multiplied by the
+    posterior-mean proportions N_dk + alpha of the entries before it (the document part in
+    the multiplicative domain, one product per winner, no exp or digamma).  The document
+    starts from a sharper N_d with the same candidates, so the exact iterations that follow
+    converge in fewer sweeps (measured: same local objective, ~15 % fewer sweeps).  Without
+    ``sequential`` (L >= K: the dense algorithm, DenseStepForDoc) all entries start alike.
+    """
     n_sel = 0
     for j in range(s, e):
         u = loc[j]
         z = 0.0
         for l in range(L):
+            k = init_idx[u, l]
             r = init_val[u, l]
-            top_r[j, l] = r
             top_e[j, l] = r
-            top_idx[j, l] = init_idx[u, l]
+            if sequential:
+                r *= N[k] + alpha
+            top_r[j, l] = r
+            top_idx[j, l] = k
             z += r
         top_n[j] = L
-        c = cnt[j]
         for l in range(L):
             r = top_r[j, l] / z
             top_r[j, l] = r
-            k = init_idx[u, l]
-            N[k] += c * r
+            k = top_idx[j, l]
+            N[k] += cnt[j] * r
             if not in_sel[k]:
                 in_sel[k] = 1
                 sel[n_sel] = k
@@ -333,7 +371,7 @@ def _sup_weights(nd, N, sel, n_sel, E, V, rho, kappa, G, mbar):
 
 
 @njit(cache=True, nogil=True)
-def _iterate(C, cmax, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
+def _iterate(C, cmax, eC, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
              top_idx, top_r, top_e, top_n, vals, idxbuf, w, proposal=False):
     """Block coordinate ascent between r_d and theta_d (Alg. 2); returns (n_sel, iterations).
 
@@ -355,7 +393,7 @@ def _iterate(C, cmax, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_s
             select = 2 if it == first_iter else 0
         else:
             select = 1 if (it <= 5 or it % 10 == 0) else 0
-        n_sel, delta = _resp_pass(C, cmax, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
+        n_sel, delta = _resp_pass(C, cmax, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
                                   top_idx, top_r, top_e, top_n, vals, idxbuf, w)
         if delta < tol:
             break
@@ -363,7 +401,7 @@ def _iterate(C, cmax, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_s
 
 
 @njit(cache=True, nogil=True)
-def _iterate_sup(C, cmax, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
+def _iterate_sup(C, cmax, eC, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
                  top_idx, top_r, top_e, top_n, vals, idxbuf, w,
                  nd, E, V, yd, md, loss, c, ell, sup_eps, rho, kappa, G, mbar, tmp, tmpG, damp):
     """``_iterate`` with the label term: P_k = E[log pi_dk] + G_dk (docs/supervised.md §5.3).
@@ -397,7 +435,7 @@ def _iterate_sup(C, cmax, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel,
         for a in range(n_sel):
             k = sel[a]
             eP[k] = math.exp(P[k] - pmx)
-        n_sel, delta = _resp_pass(C, cmax, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
+        n_sel, delta = _resp_pass(C, cmax, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
                                   top_idx, top_r, top_e, top_n, vals, idxbuf, w)
         if delta < tol:
             break
@@ -454,29 +492,46 @@ def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restar
     the final expected augmentation (rho, kappa), shape (D, n_labels)."""
     D = doc_ptr.shape[0] - 1
     K = C.shape[1]
-    nnz = loc.shape[0]
     Lc = L if L < K else K
-    doc_topic = np.zeros((D, K))
-    top_idx = np.zeros((nnz, Lc), dtype=np.int32)
-    top_r = np.zeros((nnz, Lc))
-    top_e = np.zeros((nnz, Lc))
-    top_n = np.zeros(nnz, dtype=np.int32)
-    iters = np.zeros(D, dtype=np.int32)
-    n_active = np.zeros(D, dtype=np.int32)
-    data = np.zeros(D)
-    ent = np.zeros(D)
-    alloc = np.zeros(D)
+    init_idx, init_val, cmax, eC = _word_top(C, Lc)
+    outs = batch_outputs(D, loc.shape[0], K, Lc, E.shape[0], sup)
+    doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc, sup_rho, sup_kappa = outs
+    tried, accepted = lsparse_docs(0, D, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol,
+                                   eps, restart_trials, restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps,
+                                   sup_damp, doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent,
+                                   alloc, sup_rho, sup_kappa)
+    return doc_topic, top_idx, top_r, top_n, iters, n_active, data, ent, alloc, tried, accepted, sup_rho, sup_kappa
+
+
+@njit(cache=True, nogil=True)
+def batch_outputs(D, nnz, K, Lc, Ly, sup):
+    """The per-document and per-entry output arrays of a batch (filled by ``lsparse_docs``)."""
+    return (np.zeros((D, K)), np.zeros((nnz, Lc), dtype=np.int32), np.zeros((nnz, Lc)), np.zeros((nnz, Lc)),
+            np.zeros(nnz, dtype=np.int32), np.zeros(D, dtype=np.int32), np.zeros(D, dtype=np.int32),
+            np.zeros(D), np.zeros(D), np.zeros(D), np.zeros((D if sup else 0, Ly)), np.zeros((D if sup else 0, Ly)))
+
+
+@njit(cache=True, nogil=True)
+def lsparse_docs(d0, d1, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol, eps,
+                 restart_trials, restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps, sup_damp,
+                 doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc, sup_rho, sup_kappa):
+    """The local step of documents d0..d1-1, written into their rows/entries of the outputs.
+
+    A document reads only the batch's shared inputs (C, the cold-start top-L) and its own
+    rows, and all scratch is private to the call, so disjoint document ranges can run on
+    separate threads (the GIL is released) with results identical to one call over all
+    documents.  Returns (restarts tried, restarts accepted) of the range."""
+    K = C.shape[1]
     P = np.zeros(K)
     eP = np.zeros(K)
     Nold = np.zeros(K)
     sel = np.empty(K, dtype=np.int32)
     in_sel = np.zeros(K, dtype=np.uint8)
-    init_idx, init_val, cmax = _word_top(C, Lc)
     vals = np.empty(K)
     idxbuf = np.empty(K, dtype=np.int32)
     w = np.empty(Lc)
     max_u = 0
-    for d in range(D):
+    for d in range(d0, d1):
         if doc_ptr[d + 1] - doc_ptr[d] > max_u:
             max_u = doc_ptr[d + 1] - doc_ptr[d]
     bk_idx = np.empty((max_u, Lc), dtype=np.int32)
@@ -489,13 +544,11 @@ def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restar
     tried = 0
     accepted = 0
     Ly = E.shape[0]
-    sup_rho = np.zeros((D if sup else 0, Ly))
-    sup_kappa = np.zeros((D if sup else 0, Ly))
     G = np.zeros(K)
     mbar = np.zeros(Ly)
     tmp = np.zeros(Ly)
     tmpG = np.zeros(K)
-    for d in range(D):
+    for d in range(d0, d1):
         s = doc_ptr[d]
         e = doc_ptr[d + 1]
         if e == s:
@@ -508,17 +561,17 @@ def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restar
                     labelled = True
                     break
         # Cold start: uniform document prior, the topic-word weights alone pick the top L.
-        n_sel = _cold_start(loc, cnt, s, e, Lc, init_idx, init_val, N, sel, in_sel, top_idx, top_r, top_e, top_n)
+        n_sel = _cold_start(loc, cnt, s, e, Lc, alpha, Lc < K, init_idx, init_val, N, sel, in_sel, top_idx, top_r, top_e, top_n)
         if labelled:
             nd = 0.0
             for j in range(s, e):
                 nd += cnt[j]
-            n_sel, it = _iterate_sup(C, cmax, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter,
+            n_sel, it = _iterate_sup(C, cmax, eC, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter,
                                      tol, eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w,
                                      nd, E, V, Y[d], M[d], loss, c, ell, sup_eps, sup_rho[d], sup_kappa[d], G, mbar,
                                      tmp, tmpG, sup_damp)
         else:
-            n_sel, it = _iterate(C, cmax, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter, tol,
+            n_sel, it = _iterate(C, cmax, eC, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter, tol,
                                  eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w)
         iters[d] = it
         dt, et, at = _doc_terms(C, loc, cnt, s, e, alpha, K, N, sel, n_sel, top_idx, top_r, top_n)
@@ -556,7 +609,7 @@ def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restar
                     bk_N[sel[a]] = N[sel[a]]
                 # Proposal: all of topic j's mass forced to zero, then a few iterations forward.
                 N[j] = 0.0
-                n_sel2, _ = _iterate(C, cmax, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1,
+                n_sel2, _ = _iterate(C, cmax, eC, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1,
                                      restart_iters, tol, eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w, True)
                 if abs(N[j] - bk_N[j]) < 1e-5:
                     d2 = e2 = a2 = -np.inf  # the topic grew straight back: same optimum, skip the objective
@@ -588,7 +641,7 @@ def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restar
         n_active[d] = n_sel
         for a in range(n_sel):
             in_sel[sel[a]] = 0
-    return doc_topic, top_idx, top_r, top_n, iters, n_active, data, ent, alloc, tried, accepted, sup_rho, sup_kappa
+    return tried, accepted
 
 
 @njit(cache=True, nogil=True)
@@ -632,6 +685,34 @@ def dense_doc_reference(C, cnt, alpha, max_iter, tol):
     return N, it
 
 
+def run_lsparse(runner, C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_trials, restart_iters,
+                sup, E, V, Y, M, loss, c, ell, sup_eps, sup_damp):
+    """``lsparse_batch_sup`` with the documents (and the cold start's word rows) split over
+    ``runner``'s threads.  Documents are independent given C, so the outputs are the same
+    bit for bit for any number of threads (the restart counters are integer sums)."""
+    if runner is None or runner.threads == 1:
+        return lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_trials, restart_iters,
+                                 sup, E, V, Y, M, loss, c, ell, sup_eps, sup_damp)
+    D = doc_ptr.shape[0] - 1
+    U, K = C.shape
+    Lc = L if L < K else K
+    init_idx = np.empty((U, Lc), dtype=np.int32)
+    init_val = np.empty((U, Lc))
+    cmax = np.empty(U)
+    eC = np.empty((U, K))
+    runner.run(lambda lo, hi: word_top_rows(C, Lc, init_idx, init_val, cmax, eC, lo, hi),
+               split_weighted(np.arange(U + 1), runner.chunks()))
+    outs = batch_outputs(D, loc.shape[0], K, Lc, E.shape[0], sup)
+    counts = runner.run(lambda d0, d1: lsparse_docs(d0, d1, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc,
+                                                    max_iter, tol, eps, restart_trials, restart_iters, sup, E, V, Y,
+                                                    M, loss, c, ell, sup_eps, sup_damp, *outs),
+                        split_weighted(doc_ptr, runner.chunks()))
+    tried = sum(t for t, _ in counts)
+    accepted = sum(a for _, a in counts)
+    doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc, sup_rho, sup_kappa = outs
+    return doc_topic, top_idx, top_r, top_n, iters, n_active, data, ent, alloc, tried, accepted, sup_rho, sup_kappa
+
+
 @dataclass
 class LSparseEngine:
     """Configuration of the L-sparse local step; ``infer`` runs it on a batch."""
@@ -644,18 +725,17 @@ class LSparseEngine:
     restart_iters: int = 2
     sup_damping: float = 0.5
     name: str = "lsparse"
+    runner: ThreadRunner | None = field(default=None, repr=False, compare=False)  # None: one thread
 
     def infer(self, state, batch, summarize: bool = True, head=None, targets=None) -> LocalResult:
         """Local step on ``batch``.  With ``head`` (a SupervisedHead) and ``targets`` (its
         ``Targets`` for this batch) labelled documents get the label term in their weights
         (module docstring); ``result.sup_rho`` / ``result.sup_kappa`` (D, n_labels) hold the
         final expected augmentation.  Without them the result is the unsupervised step's, bit for bit."""
-        C = state.expected_log_phi(batch.uniq)
-        args = (C, batch.doc_ptr, batch.local, batch.counts, float(state.alpha), int(self.sparsity),
-                int(self.max_iter), float(self.tol), float(self.active_eps),
-                int(self.restart_trials), int(self.restart_iters))
-        sup_stats: dict = {}
-        if head is not None and targets is not None and head.n_labels > 0:
+        runner = self.runner
+        C = state.expected_log_phi(batch.uniq, runner=runner)
+        sup = head is not None and targets is not None and head.n_labels > 0
+        if sup:
             from ..supervised.classifier import LOSSES
 
             E = np.ascontiguousarray(head.eta_mean, dtype=np.float64)
@@ -664,11 +744,16 @@ class LSparseEngine:
             M = np.ascontiguousarray(targets.mask, dtype=np.uint8)
             if Y.shape != (batch.n_docs, E.shape[0]):
                 raise ValueError(f"targets encode {Y.shape}, expected ({batch.n_docs}, {E.shape[0]})")
-            out = lsparse_batch_sup(*args, True, E, V, Y, M, LOSSES[head.loss], float(head.c), float(head.ell),
-                                    float(head.epsilon), float(self.sup_damping))
-            sup_stats = {"sup_rho": out[11], "sup_kappa": out[12]}
+            loss, c, ell, sup_eps = LOSSES[head.loss], float(head.c), float(head.ell), float(head.epsilon)
         else:
-            out = lsparse_batch(*args)
+            E = V = np.zeros((0, C.shape[1]))
+            Y = np.zeros((0, 0))
+            M = np.zeros((0, 0), dtype=np.uint8)
+            loss, c, ell, sup_eps = 0, 1.0, 0.0, 0.0
+        out = run_lsparse(runner, C, batch.doc_ptr, batch.local, batch.counts, float(state.alpha), int(self.sparsity),
+                          int(self.max_iter), float(self.tol), float(self.active_eps), int(self.restart_trials),
+                          int(self.restart_iters), sup, E, V, Y, M, loss, c, ell, sup_eps, float(self.sup_damping))
+        sup_stats = {"sup_rho": out[11], "sup_kappa": out[12]} if sup else {}
         doc_topic, top_idx, top_r, top_n, iters, n_active, data, ent, alloc, tried, accepted = out[:11]
         summary = None
         if summarize:

@@ -1,0 +1,372 @@
+"""Speed per core and across cores (issue 18): the variational pass against its peers, threads,
+the cost of each stage, and the alias engine against tomotopy.
+
+Settings (bench/corpora_prep.py, the same token lists for everyone): 20NG with the common
+df-filtered vocabulary (Subject + body, lowercase alphabetic tokens of >= 3 letters,
+scikit-learn's stop list, words in >= 5 training documents) and a long-document setting
+(20NG training documents joined in fours).  K=100, one pass, minibatches of 256; held-out
+= document completion on the test split (``streamtopics.evaluate.completion_loglik``, the
+same code for every contender, each with its own alpha).
+
+* variational - streamtopics with its defaults and with ``corpus_size=50000`` (threads=1),
+  gensim LdaModel (decay 0.7 / offset 10, chunksize 256), scikit-learn online LDA
+  (batch_size 256, total_samples told), Vowpal Wabbit ``--lda 100`` (python package
+  ``vowpalwabbit``, minibatch 256, lda_D told).  Wall and CPU seconds, tokens/s, held-out,
+  and the ratio to the fastest peer in the same run, by wall clock and by CPU time (on a
+  loaded machine the CPU-time ratio is the steadier one for single-threaded contenders).
+* threads - streamtopics threads=1 vs threads=2, paired back to back, for the pass and for
+  ``transform`` of the test split; the models are checked to be bit-identical.
+* stages - CPU cost per token of batch building, E[log phi], the local step (with the
+  summary) and the update, in the threads=1 runs of the variational section.
+* alias - batch mode ``TopicModel(engine="alias").fit`` vs tomotopy (workers=1 and 2) at
+  K = 100, 400, 1024, 4096 (bench_alias machinery; the alias engine's batch mode runs on one
+  thread).
+
+    python bench/bench_speed.py                                 # everything
+    python bench/bench_speed.py --section variational --setting 20ng-df5
+    python bench/bench_speed.py --section threads --n-train 4000
+    python bench/bench_speed.py --section alias --k 100,1024 --sweeps 30
+
+On a shared machine wall-clock speeds drift with the load: ratios are taken within one run
+(paired), the load average is printed, and CPU seconds are reported beside wall seconds.
+"""
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # peers single core; streamtopics threads are explicit
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from corpora_prep import SETTINGS  # noqa: E402
+
+from streamtopics import TopicModel  # noqa: E402
+from streamtopics.batch import build_batch  # noqa: E402
+from streamtopics.evaluate import completion_loglik, split_completion  # noqa: E402
+from streamtopics.text import Vocabulary  # noqa: E402
+
+BATCH = 256
+K_DEFAULT = 100
+RESULTS = Path(__file__).with_name("results")
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class Setting:
+    """Train tokens, a shared vocabulary for the peers, and the fixed completion split."""
+
+    def __init__(self, name: str, n_train: int | None = None, n_test: int | None = None):
+        self.name = name
+        train, test, _, _ = SETTINGS[name]()
+        self.train = train[:n_train]
+        self.test = test[:n_test]
+        self.vocab = Vocabulary()
+        self.batch = build_batch(self.train, self.vocab)
+        test_batch = build_batch(self.test, self.vocab, grow=False)
+        self.part_a, self.part_b = split_completion(test_batch, frac=0.8, seed=0)
+        self.n_tokens = int(self.batch.counts.sum())
+        self.n_docs = len(self.train)
+
+    def score(self, topic_word: np.ndarray, alpha: float) -> float:
+        return completion_loglik(topic_word, self.part_a, self.part_b, float(alpha))
+
+    def align(self, model: TopicModel) -> np.ndarray:
+        tw = model.topic_word()
+        cols = model.vocab.ids(self.vocab.words)
+        out = np.full((tw.shape[0], len(self.vocab)), 1e-12)
+        ok = cols >= 0
+        out[:, ok] = tw[:, cols[ok]]
+        return out / out.sum(axis=1, keepdims=True)
+
+    def bows(self):
+        b = self.batch
+        return [list(zip(b.word_ids[b.doc_ptr[d]:b.doc_ptr[d + 1]].tolist(),
+                         b.counts[b.doc_ptr[d]:b.doc_ptr[d + 1]].tolist())) for d in range(b.n_docs)]
+
+    def csr(self):
+        import scipy.sparse as sp
+        b = self.batch
+        return sp.csr_matrix((b.counts, b.word_ids, b.doc_ptr), shape=(b.n_docs, len(self.vocab)))
+
+
+def _result(s: Setting, wall: float, cpu: float, heldout: float | None, **extra) -> dict:
+    return {"seconds": wall, "cpu_seconds": cpu, "tokens_per_s": s.n_tokens / wall,
+            "tokens_per_cpu_s": s.n_tokens / max(cpu, 1e-9), "heldout": heldout, **extra}
+
+
+# -- contenders -------------------------------------------------------------------------------
+def st_params(variant: str, K: int, threads: int) -> dict:
+    p = {"n_topics": K, "threads": threads}
+    if variant == "cs50000":
+        p["corpus_size"] = 50000
+    return p
+
+
+def run_streamtopics(s: Setting, K: int, variant: str, threads: int, score: bool = True, stages: bool = False):
+    params = st_params(variant, K, threads)
+    TopicModel(**params).partial_fit(s.train[:16])  # numba cache warm-up outside the clock
+    m = TopicModel(**params)
+    st = {"batch building": 0.0, "E[log phi]": 0.0, "local step": 0.0, "update": 0.0}
+    if stages:
+        elp = m.state.expected_log_phi
+
+        def timed(rows, runner=None):
+            t = time.process_time()
+            out = elp(rows, runner=runner)
+            st["E[log phi]"] += time.process_time() - t
+            return out
+        m.state.expected_log_phi = timed  # an instance attribute: this model only
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    for lo in range(0, s.n_docs, BATCH):
+        if stages:  # CPU time per stage (threads=1: the process's CPU time is this thread's)
+            a = time.process_time()
+            batch = m.prepare(m.tokenize(s.train[lo:lo + BATCH]))
+            b = time.process_time()
+            m.process(batch)
+            c = time.process_time()
+            st["batch building"] += b - a
+            st["update"] += min(m.last_stats["update_seconds"], c - b)
+            st["local step"] += c - b - min(m.last_stats["update_seconds"], c - b)
+        else:
+            m.partial_fit(s.train[lo:lo + BATCH])
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    out = _result(s, wall, cpu, s.score(s.align(m), m.state.alpha) if score else None)
+    if stages:
+        st["local step"] -= st["E[log phi]"]
+        out["stages_cpu_ns_per_token"] = {k: 1e9 * v / s.n_tokens for k, v in st.items()}
+        out["stages_cpu_ns_per_token"]["other"] = 1e9 * (cpu - sum(st.values())) / s.n_tokens
+    out["model"] = m
+    return out
+
+
+def run_gensim(s: Setting, K: int) -> dict:
+    from gensim.models import LdaModel
+
+    bows = s.bows()
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    lda = LdaModel(corpus=bows, id2word=dict(enumerate(s.vocab.words)), num_topics=K, chunksize=BATCH, passes=1,
+                   update_every=1, decay=0.7, offset=10.0, eval_every=None, random_state=0)
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    lam = lda.state.get_lambda()
+    return _result(s, wall, cpu, s.score(lam / lam.sum(axis=1, keepdims=True), float(np.mean(lda.alpha))))
+
+
+def run_sklearn(s: Setting, K: int) -> dict:
+    from sklearn.decomposition import LatentDirichletAllocation
+
+    X = s.csr()
+    lda = LatentDirichletAllocation(n_components=K, learning_method="online", batch_size=BATCH,
+                                    total_samples=s.n_docs, learning_decay=0.7, learning_offset=10.0,
+                                    random_state=0, n_jobs=1)
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    for lo in range(0, s.n_docs, BATCH):
+        lda.partial_fit(X[lo:lo + BATCH])
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    comp = lda.components_
+    return _result(s, wall, cpu, s.score(comp / comp.sum(axis=1, keepdims=True), 1.0 / K))
+
+
+def run_vw(s: Setting, K: int) -> dict:
+    """Vowpal Wabbit's C++ online VB (``--lda``), fed a text file of word:count lines (the
+    parse is inside the clock, as tokens-to-topics is for everyone else)."""
+    import vowpalwabbit
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "train.vw")
+        with open(path, "w") as fh:
+            for d in s.train:
+                counts: dict[str, int] = {}
+                for w in d:
+                    counts[w] = counts.get(w, 0) + 1
+                fh.write("| " + " ".join(f"{w}:{c}" for w, c in counts.items()) + "\n")
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        vw = vowpalwabbit.Workspace(f"--lda {K} --lda_D {s.n_docs} --minibatch {BATCH} -b 20 --quiet -d {path}")
+        vw.run_parser()
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+        ns = vw.hash_space("")
+        lam = np.empty((K, len(s.vocab)))
+        for j, w in enumerate(s.vocab.words):
+            h = vw.hash_feature(w, ns)
+            lam[:, j] = [vw.get_weight(h, k) for k in range(K)]
+        vw.finish()
+    return _result(s, wall, cpu, s.score(lam / lam.sum(axis=1, keepdims=True), 0.1))
+
+
+PEERS = {
+    "gensim LdaModel (decay 0.7, offset 10)": run_gensim,
+    "scikit-learn online LDA (told N)": run_sklearn,
+    "Vowpal Wabbit --lda (told N)": run_vw,
+}
+
+
+def _row(name: str, r: dict, ref: dict | None = None) -> str:
+    ratio = (f"{r['tokens_per_s'] / ref['wall']:5.2f}x / {r['tokens_per_cpu_s'] / ref['cpu']:5.2f}x fastest peer"
+             if ref else "")
+    h = f"{r['heldout']:8.4f}" if r.get("heldout") is not None else "       -"
+    return (f"  {name:<44} held-out {h}  {r['tokens_per_s']:>10,.0f} tok/s (wall)  {r['tokens_per_cpu_s']:>10,.0f} "
+            f"tok/cpu-s  wall {r['seconds']:6.1f}s cpu {r['cpu_seconds']:6.1f}s {ratio}")
+
+
+# -- sections ---------------------------------------------------------------------------------
+def section_variational(args, name: str) -> dict:
+    s = Setting(name, args.n_train, args.n_test)
+    K = args.k_var
+    print(f"\n[variational] {name}: {s.n_docs} train docs, {s.n_tokens:,} tokens, V={len(s.vocab):,}, "
+          f"{s.part_a.n_docs} test docs; K={K}, one pass, batches of {BATCH}; load {load()}", flush=True)
+    res = {}
+    for pname, fn in PEERS.items():
+        if pname.split()[0].lower() in args.skip:
+            continue
+        try:
+            res[pname] = fn(s, K)
+        except ImportError as e:
+            print(f"  {pname}: skipped ({e})")
+            continue
+        print(_row(pname, res[pname]), flush=True)
+    fastest = {"wall": max((r["tokens_per_s"] for r in res.values()), default=None),
+               "cpu": max((r["tokens_per_cpu_s"] for r in res.values()), default=None)} if res else None
+    best = max((r["heldout"] for r in res.values()), default=None)
+    for variant in ("cs50000", "defaults"):
+        label = f"streamtopics {'corpus_size=50000' if variant == 'cs50000' else 'defaults'} threads=1"
+        r = run_streamtopics(s, K, variant, 1, stages=True)
+        r.pop("model")
+        res[label] = r
+        print(_row(label, r, fastest), flush=True)
+        print("      stages (CPU ns/token): " + ", ".join(f"{k} {v:.0f}" for k, v in r["stages_cpu_ns_per_token"].items()))
+        if best is not None:
+            print(f"      held-out vs best peer {r['heldout'] - best:+.4f} nats/token; speed "
+                  f"{r['tokens_per_s'] / fastest['wall']:.2f}x (wall) / {r['tokens_per_cpu_s'] / fastest['cpu']:.2f}x "
+                  f"(CPU time) the fastest peer (target >= 3x, held-out >= best peer)")
+    return {"setting": name, "n_docs": s.n_docs, "n_tokens": s.n_tokens, "V": len(s.vocab), "load": load(),
+            "rows": res}
+
+
+def section_threads(args, name: str) -> dict:
+    s = Setting(name, args.n_train, args.n_test)
+    K = args.k_var
+    print(f"\n[threads] {name}: {s.n_docs} docs, K={K}; threads=1 vs 2, paired, {args.rounds} round(s); "
+          f"load {load()}", flush=True)
+    out = {}
+    for variant in ("cs50000", "defaults"):
+        rounds = []
+        for r in range(args.rounds):
+            runs = {}
+            for t in (1, 2):
+                runs[t] = run_streamtopics(s, K, variant, t, score=False)
+                m = runs[t]["model"]
+                c0, t0 = cpu_seconds(), time.perf_counter()
+                runs[t]["theta"] = m.transform(s.test)
+                runs[t]["transform_seconds"] = time.perf_counter() - t0
+                runs[t]["transform_cpu"] = cpu_seconds() - c0
+            m1, m2 = runs[1]["model"].state, runs[2]["model"].state
+            same = (np.array_equal(m1.mu[: m1.n_words], m2.mu[: m2.n_words]) and m1.scale == m2.scale
+                    and np.array_equal(runs[1]["theta"], runs[2]["theta"]))
+            fit = runs[1]["seconds"] / runs[2]["seconds"]
+            tr = runs[1]["transform_seconds"] / runs[2]["transform_seconds"]
+            rounds.append({"fit_ratio": fit, "transform_ratio": tr, "identical": bool(same),
+                           "tok_s": {t: runs[t]["tokens_per_s"] for t in (1, 2)},
+                           "cpu_over_wall_2": runs[2]["cpu_seconds"] / runs[2]["seconds"]})
+            print(f"  {variant:<9} round {r + 1}: pass {runs[1]['tokens_per_s']:,.0f} -> {runs[2]['tokens_per_s']:,.0f} "
+                  f"tok/s = {fit:.2f}x; transform {tr:.2f}x; bit-identical model and theta: {same}; "
+                  f"cpu/wall with 2 threads {rounds[-1]['cpu_over_wall_2']:.2f}; load {load()}", flush=True)
+        out[variant] = rounds
+    return out
+
+
+def section_alias(args) -> dict:
+    import gc
+
+    import tomotopy as tp
+    from bench_alias import Data, run_alias
+    from bench_core import ALPHA, BETA, Corpus
+
+    corpus = Corpus(n_train=args.n_train, n_test=1000)
+    data = Data(corpus)
+    run_alias(Data(corpus, 50), 8, 2, score=False)  # warm-up
+    print(f"\n[alias] 20NG train: {len(data.tokens)} docs, {data.n_tokens:,} tokens; batch mode, "
+          f"{args.sweeps} sweeps (a third at K=4096); sampling time only; load {load()}", flush=True)
+
+    def tomotopy(K, sweeps, workers):
+        mdl = tp.LDAModel(k=K, alpha=ALPHA, eta=BETA, seed=0, min_cf=0, rm_top=0)
+        for toks in data.tokens:
+            if toks:
+                mdl.add_doc(toks)
+        mdl.optim_interval = 0
+        mdl.burn_in = 0
+        scheme = tp.ParallelScheme.NONE if workers == 1 else tp.ParallelScheme.PARTITION
+        mdl.train(0, workers=workers, parallel=scheme)
+        t0 = time.perf_counter()
+        mdl.train(sweeps, workers=workers, parallel=scheme)
+        sec = time.perf_counter() - t0
+        del mdl
+        gc.collect()
+        return data.n_tokens * sweeps / sec
+
+    res = {}
+    for K in args.k_alias:
+        sweeps = args.sweeps if K <= 1024 else max(args.sweeps // 3, 5)
+        a = run_alias(data, K, sweeps, score=False)["tokens_per_s"]
+        t1 = tomotopy(K, sweeps, 1)
+        t2 = tomotopy(K, sweeps, 2)
+        res[K] = {"alias": a, "tomotopy_w1": t1, "tomotopy_w2": t2, "ns_per_token": 1e9 / a}
+        print(f"  K={K:<5} alias {a / 1e6:5.2f} M tok/s ({1e9 / a:4.0f} ns/token)  tomotopy w1 {t1 / 1e6:5.2f}  "
+              f"w2 {t2 / 1e6:5.2f}  => {a / t1:.2f}x tomotopy w1, {a / t2:.2f}x w2; load {load()}", flush=True)
+    if res:
+        ks = sorted(res)
+        print(f"  cost per token K={ks[-1]} / K={ks[0]}: {res[ks[-1]]['ns_per_token'] / res[ks[0]]['ns_per_token']:.2f}x "
+              f"(target <= 1.5x)")
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--section", choices=["variational", "threads", "alias", "all"], default="all")
+    ap.add_argument("--setting", default="20ng-df5,20ng-long4-df5", help="comma-separated corpora_prep SETTINGS")
+    ap.add_argument("--n-train", type=int, default=None, help="first N training documents only")
+    ap.add_argument("--n-test", type=int, default=3000, help="test documents scored (completion split)")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--k-var", type=int, default=K_DEFAULT)
+    ap.add_argument("--k", default="100,400,1024,4096", help="alias section: topic counts")
+    ap.add_argument("--sweeps", type=int, default=30, help="alias section: sweeps (a third at K > 1024)")
+    ap.add_argument("--skip", default="", help="comma-separated peers to skip: gensim,scikit-learn,vowpal")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    args.skip = {x.strip().lower() for x in args.skip.split(",") if x.strip()}
+    args.k_alias = [int(k) for k in args.k.split(",")]
+    settings = args.setting.split(",")
+    results: dict = {"load_before": load()}
+    if args.section in ("variational", "all"):
+        results["variational"] = {n: section_variational(args, n) for n in settings}
+    if args.section in ("threads", "all"):
+        results["threads"] = {n: section_threads(args, n) for n in settings}
+    if args.section in ("alias", "all"):
+        results["alias"] = section_alias(args)
+    results["load_after"] = load()
+    out = Path(args.json) if args.json else RESULTS / f"speed-{args.section}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=1, default=float))
+    print(f"\nresults written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

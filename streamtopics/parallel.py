@@ -1,0 +1,77 @@
+"""Deterministic multi-threading for the numba kernels: split, run GIL-free, write disjoint slices.
+
+Kernels compiled with ``nogil=True`` release the GIL, so a plain thread pool runs them on
+several cores.  Work is split into ranges whose outputs are disjoint slices of
+preallocated arrays, and anything that is summed is reduced afterwards in a fixed order
+(range by range, or over the whole array), so a result never depends on the number of
+threads or on which thread ran which range.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_threads(threads) -> int:
+    """``None`` (or 0) -> the available cores; otherwise an integer >= 1."""
+    if threads is None or (isinstance(threads, (int, np.integer)) and not isinstance(threads, bool) and threads == 0):
+        return available_cores()
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"threads must be None, 0 (all available cores) or an integer >= 1 (got {threads!r})")
+    return int(threads)
+
+
+def split_weighted(weights_cum: np.ndarray, parts: int) -> list[tuple[int, int]]:
+    """Split items 0..n-1 into at most ``parts`` contiguous ranges of about equal weight.
+
+    ``weights_cum`` is the (n+1) cumulative weight (e.g. a CSR pointer)."""
+    n = weights_cum.shape[0] - 1
+    if n <= 0:
+        return []
+    parts = max(1, min(parts, n))
+    total = weights_cum[-1] - weights_cum[0]
+    if parts == 1 or total <= 0:
+        return [(0, n)]
+    targets = weights_cum[0] + total * np.arange(1, parts) / parts
+    cuts = np.searchsorted(weights_cum, targets, side="left")
+    bounds = np.unique(np.concatenate(([0], np.clip(cuts, 0, n), [n])))
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+class ThreadRunner:
+    """A lazily started pool of ``threads`` workers (the caller waits; it holds no CPU meanwhile)."""
+
+    def __init__(self, threads=None):
+        self.threads = resolve_threads(threads)
+        self._pool: ThreadPoolExecutor | None = None
+
+    def chunks(self) -> int:
+        """How many ranges to cut work into (a few per thread evens out uneven documents)."""
+        return 1 if self.threads == 1 else 4 * self.threads
+
+    def run(self, fn, ranges):
+        """``fn(lo, hi)`` for every range; returns the results in range order."""
+        if self.threads == 1 or len(ranges) <= 1:
+            return [fn(lo, hi) for lo, hi in ranges]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="streamtopics")
+        futures = [self._pool.submit(fn, lo, hi) for lo, hi in ranges]
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __getstate__(self):  # a pool cannot be copied; a copy starts its own
+        return {"threads": self.threads, "_pool": None}

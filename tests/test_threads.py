@@ -1,0 +1,60 @@
+"""threads: the variational pass and transform give the same model bit for bit with 1 or N threads."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamtopics import TopicModel
+from streamtopics.corpora import load_reuters_r8
+from streamtopics.parallel import available_cores, resolve_threads, split_weighted
+
+
+def _docs():
+    return [d.text for d in load_reuters_r8("train", seed=3)[:600]]
+
+
+@pytest.mark.parametrize("n_threads", [2, 3])
+def test_models_identical_for_any_thread_count(n_threads):
+    docs = _docs()
+    models = [TopicModel(n_topics=24, seed=1, corpus_size=5000, threads=t) for t in (1, n_threads)]
+    for lo in range(0, 480, 96):
+        for m in models:
+            m.partial_fit(docs[lo:lo + 96])
+    a, b = (m.state for m in models)
+    assert a.n_updates == b.n_updates == 5
+    assert np.array_equal(a.mu[: a.n_words], b.mu[: b.n_words])
+    assert np.array_equal(a.mu_totals, b.mu_totals) and a.scale == b.scale
+    assert models[0].last_stats["restarts_tried"] == models[1].last_stats["restarts_tried"] > 0
+    held = docs[480:]
+    ta, tb = models[0].transform(held), models[1].transform(held)
+    assert np.array_equal(ta, tb)
+    assert ta.shape == (120, 24) and np.allclose(ta.sum(axis=1), 1.0)
+
+
+def test_memoized_and_dense_identical_across_threads():
+    docs = _docs()[:300]
+    out = []
+    for t in (1, 2):
+        m = TopicModel(n_topics=10, sparsity=10, update="memoized", seed=2, threads=t)
+        for lap in range(2):
+            for lo in range(0, 300, 100):
+                m.partial_fit(docs[lo:lo + 100], batch_key=lo)
+        out.append((m.state.mu[: m.state.n_words].copy(), m.elbo()))
+    assert np.array_equal(out[0][0], out[1][0]) and out[0][1] == out[1][1]
+
+
+def test_threads_option_validated_and_defaults_to_affinity():
+    assert resolve_threads(None) == available_cores() == resolve_threads(0)
+    assert TopicModel(n_topics=5).local_step.runner.threads == available_cores()
+    assert TopicModel(n_topics=5, threads=3).get_params()["threads"] == 3
+    for bad in (-1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="threads"):
+            TopicModel(n_topics=5, threads=bad)
+
+
+def test_split_weighted_covers_everything_in_order():
+    ptr = np.array([0, 5, 5, 40, 41, 60, 100])
+    for parts in (1, 2, 3, 8):
+        r = split_weighted(ptr, parts)
+        assert r[0][0] == 0 and r[-1][1] == 6 and all(a[1] == b[0] for a, b in zip(r, r[1:]))
+        assert len(r) <= parts
