@@ -1196,6 +1196,8 @@ class Daemon:
             "group_id": self.cfg.kafka.group_id, "input": self.cfg.topics.input,
             "batches": self.counts["batches"], "documents": self.counts["documents"],
             "dead_letters": self.counts["dead_letters"]}}
+        if self.explorer is not None and self.explorer.summary() is not None:
+            extra["daemon"]["quality"] = self.explorer.summary()
         try:
             faults.hit("snapshot_begin")
             path, nbytes = self.store.write(self.model, dict(self.offsets), extra)

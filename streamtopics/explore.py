@@ -174,6 +174,16 @@ class TopicExplorer:
         s = " ".join(words[: self.snippet_words])
         return s + (" …" if len(words) > self.snippet_words else "")
 
+    def summary(self) -> dict | None:
+        """The last quality measurement, for snapshots (None before the first batch)."""
+        view = self._view
+        if view.get("status") != "ok":
+            return None
+        q = view["quality"]
+        return {"npmi": [t["npmi"] for t in view["topics"]], "mean_npmi": q["mean_npmi"],
+                "diversity": q["diversity"], "window_documents": q["window_documents"],
+                "model_version": view["model_version"]}
+
     # -- any thread (HTTP) -----------------------------------------------------------------
     @property
     def view(self) -> dict:
