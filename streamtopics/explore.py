@@ -87,8 +87,8 @@ class TopicExplorer:
         self.events = events
         self._examples: list[deque] = []
         self._model = None
-        self._view: dict[str, Any] = {"status": "waiting for the first batch", "topics": [], "model_version": None}
-        self._view_json = json.dumps(self._view).encode()
+        self._published: tuple[dict[str, Any], list] = (
+            {"status": "waiting for the first batch", "topics": [], "model_version": None}, [None])
         self._page: bytes | None = None
         self._script: bytes | None = None
 
@@ -127,11 +127,12 @@ class TopicExplorer:
         if self.events is not None:
             events = self.events.detect(model.version, prevalence, [t["top_words"] for t in table], ts=time.time())
         versions, series = trends.series()
-        series = series[-self.series_points:]
+        series = series[-self.series_points:].T.round(5).tolist()
+        npmi = [_num(x) for x in quality.npmi]
         for k, t in enumerate(table):
-            t["npmi"] = _num(quality.npmi[k])
-            t["prevalence_series"] = [round(float(x), 5) for x in series[:, k]]
-            t["examples"] = list(self._examples[k])
+            t["npmi"] = npmi[k]
+            t["prevalence_series"] = series[k]
+            t["examples"] = list(self._examples[k]) if self._examples else []
         view = {
             "status": "ok",
             "model_version": int(model.version),
@@ -151,10 +152,9 @@ class TopicExplorer:
         }
         for key, value in (status or {}).items():
             view[key] = _clean(value)
-        encoded = json.dumps(view, default=_default, allow_nan=False).encode()
         seconds = time.perf_counter() - t0
-        # publish: two reference assignments; readers take ``view_json`` (or ``view``) once
-        self._view, self._view_json = view, encoded
+        # publish: one reference assignment of a new (view, JSON cache) pair; readers take it once
+        self._published = (view, [None])
         return Observation(quality, prevalence, rising, fading, events, seconds)
 
     def _add_examples(self, K: int, theta: np.ndarray, ids: list, texts: list, version: int) -> None:
@@ -170,13 +170,14 @@ class TopicExplorer:
                                           "text": self._snippet(texts[d]), "model_version": int(version)})
 
     def _snippet(self, text) -> str:
-        words = text.split() if isinstance(text, str) else [str(w) for w in text]
+        n = self.snippet_words
+        words = text[: 40 * n].split() if isinstance(text, str) else [str(w) for w in text[: n + 1]]
         s = " ".join(words[: self.snippet_words])
-        return s + (" …" if len(words) > self.snippet_words else "")
+        return s + (" …" if len(words) > n else "")
 
     def summary(self) -> dict | None:
         """The last quality measurement, for snapshots (None before the first batch)."""
-        view = self._view
+        view = self.view
         if view.get("status") != "ok":
             return None
         q = view["quality"]
@@ -188,7 +189,14 @@ class TopicExplorer:
     @property
     def view(self) -> dict:
         """The current view (never mutated after it was published; do not mutate it)."""
-        return self._view
+        return self._published[0]
+
+    def view_json(self) -> bytes:
+        """The current view as JSON, encoded by the first reader (off the learning thread)."""
+        view, cache = self._published
+        if cache[0] is None:
+            cache[0] = json.dumps(view, default=_default, allow_nan=False).encode()
+        return cache[0]
 
     def route(self, path: str) -> tuple[int, bytes, str] | None:
         """Answer a GET path, or None when it is not the explorer's."""
@@ -199,10 +207,10 @@ class TopicExplorer:
                 self._script = _asset("topics.js")
             return 200, self._script, _JS
         if path == "/v1/topics":
-            return 200, self._view_json, _JSON
+            return 200, self.view_json(), _JSON
         m = _TOPIC_PATH.match(path)
         if m:
-            view = self._view
+            view = self.view
             k = int(m.group(1))
             topics = view.get("topics") or []
             if k >= len(topics):
@@ -215,7 +223,7 @@ class TopicExplorer:
         if self._page is None:
             self._page = _asset("topics.html")
         # the current view is embedded so the page renders at once (then it polls /v1/topics)
-        data = self._view_json.replace(b"<", b"\\u003c")
+        data = self.view_json().replace(b"<", b"\\u003c")
         return self._page.replace(b"/*INITIAL_VIEW*/null", data, 1)
 
 

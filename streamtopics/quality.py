@@ -39,19 +39,40 @@ __all__ = [
 
 def top_word_ids(weights: np.ndarray, n: int) -> np.ndarray:
     """(K, n) ids of the n largest entries of each column of ``weights`` (V, K), descending
-    (ties: lower id first)."""
+    (ties: lower id first).  One row-major pass (numba) instead of K strided partitions."""
     V, K = weights.shape
     n = min(n, V)
     if n <= 0:
         return np.zeros((K, 0), dtype=np.int64)
-    if n < V:
-        part = np.argpartition(-weights, n - 1, axis=0)[:n]            # (n, K)
-    else:
-        part = np.broadcast_to(np.arange(V)[:, None], (V, K))
-    part = np.sort(part, axis=0)                                          # ties -> lower id first
-    vals = np.take_along_axis(weights, part, axis=0)
-    order = np.argsort(-vals, axis=0, kind="stable")
-    return np.ascontiguousarray(np.take_along_axis(part, order, axis=0).T.astype(np.int64))
+    w = weights if weights.flags.c_contiguous and weights.dtype == np.float64 else \
+        np.ascontiguousarray(weights, dtype=np.float64)
+    return _top_n(w, n)
+
+
+@njit(cache=True, nogil=True)
+def _top_n(w, n):
+    """Per column, keep the n best (value desc, id asc) in a sorted buffer; rows are read in order."""
+    V, K = w.shape
+    ids = np.full((K, n), -1, dtype=np.int64)
+    vals = np.full((K, n), -np.inf)
+    filled = np.zeros(K, dtype=np.int64)
+    for v in range(V):
+        for k in range(K):
+            x = w[v, k]
+            f = filled[k]
+            if f == n and x <= vals[k, n - 1]:   # ties keep the lower id (seen first)
+                continue
+            j = f if f < n else n - 1
+            while j > 0 and vals[k, j - 1] < x:
+                if j < n:
+                    vals[k, j] = vals[k, j - 1]
+                    ids[k, j] = ids[k, j - 1]
+                j -= 1
+            vals[k, j] = x
+            ids[k, j] = v
+            if f < n:
+                filled[k] = f + 1
+    return ids
 
 
 def topic_diversity(top_ids: np.ndarray, n: int = 25) -> float:

@@ -1,0 +1,190 @@
+"""Topic quality benchmark (issue 19): NPMI coherence and diversity vs peers, and the cost of
+the incremental quality monitor.
+
+Corpus: 20 Newsgroups, Subject + body, lowercase alphabetic tokens of >= 3 letters, English
+stop list, only words in >= 5 training documents. Every model sees the same tokens in the same
+(shuffled, seed 0) order, one pass, minibatches of 256:
+
+  streamtopics  library defaults (``TopicModel(n_topics=K)``) and with corpus_size=50000
+  gensim        LdaModel, decay 0.7 / offset 10, alpha 0.1, eta 0.01
+  scikit-learn  online LatentDirichletAllocation, decay 0.7 / offset 10, same priors
+
+Score: mean over topics of the NPMI of each topic's top-10 words (streamtopics.quality:
+Bouma's NPMI, boolean documents, a pair never seen together = -1, no smoothing) on the
+20NG **test** split as the reference corpus; diversity = unique share of all top-25 words.
+
+Monitor cost: streamtopics (defaults) is re-run with ``TopicExplorer.observe`` after every
+batch, as the daemon calls it (quality window 5000 documents = the shipped config), and the
+seconds it takes are compared with the seconds the batch itself took (``process``). The
+daemon's batch time also includes decoding and publishing, so this share is an upper bound of
+the share in the daemon (the daemon exports both: streamtopics_topic_monitor_duration_seconds
+and streamtopics_batch_duration_seconds{stage="total"}).
+
+    python bench/bench_quality.py                 # K = 50 and 100 (~10-15 min on 2 busy cores)
+    python bench/bench_quality.py --k 50 --quick  # a smoke run on 3000 training documents
+
+Needs the bench extra (gensim, scikit-learn). Writes bench/results/quality.json.
+"""
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # single core for every contender
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from streamtopics import TopicModel
+from streamtopics.batch import build_batch
+from streamtopics.corpora import load_20newsgroups
+from streamtopics.explore import TopicExplorer
+from streamtopics.quality import npmi_reference, top_word_ids, topic_diversity
+from streamtopics.text import Tokenizer, Vocabulary
+
+BATCH = 256
+ALPHA, BETA = 0.1, 0.01
+MIN_DF = 5
+RESULTS = Path(__file__).with_name("results")
+
+
+class Corpus:
+    def __init__(self, n_train: int | None = None):
+        tok = Tokenizer(min_len=3)
+        train = load_20newsgroups("train", order="shuffled", seed=0)[:n_train]
+        test = load_20newsgroups("test", order="shuffled", seed=0)
+        raw = [tok(d.text) for d in train]
+        df: dict[str, int] = {}
+        for t in raw:
+            for w in set(t):
+                df[w] = df.get(w, 0) + 1
+        keep = {w for w, n in df.items() if n >= MIN_DF}
+        self.train_tokens = [t for t in ([w for w in t if w in keep] for t in raw) if t]
+        self.vocab = Vocabulary()
+        self.train = build_batch(self.train_tokens, self.vocab)
+        # the reference: test documents as sets of words (words outside the vocabulary never
+        # appear among top words, so they do not matter)
+        self.reference = [set(w for w in tok(d.text) if w in keep) for d in test]
+        self.n_tokens = int(self.train.counts.sum())
+
+    def score(self, top_words: list[list[str]]) -> dict:
+        top10 = np.array([t[:10] for t in top_words], dtype=object)
+        npmi = npmi_reference(self.reference, top10)
+        return {"mean_npmi": float(np.mean(npmi)), "diversity": topic_diversity(np.array(top_words, dtype=object), 25),
+                "npmi": npmi.round(4).tolist()}
+
+    def rows(self, lo: int, hi: int):
+        import scipy.sparse as sp
+
+        b = self.train
+        s, e = b.doc_ptr[lo], b.doc_ptr[hi]
+        return sp.csr_matrix((b.counts[s:e], b.word_ids[s:e], b.doc_ptr[lo:hi + 1] - s),
+                             shape=(hi - lo, len(self.vocab)))
+
+
+def _tops(weights_vk: np.ndarray, words: list[str], n: int = 25) -> list[list[str]]:
+    ids = top_word_ids(np.ascontiguousarray(weights_vk), n)
+    return [[words[i] for i in row] for row in ids]
+
+
+def run_streamtopics(c: Corpus, K: int, monitor: bool = False, **kw) -> dict:
+    TopicModel(n_topics=K, **kw).partial_fit(c.train_tokens[:8])  # numba warm-up outside the clock
+    m = TopicModel(n_topics=K, **kw)
+    ex = TopicExplorer(window_docs=5000) if monitor else None
+    if ex is not None:  # the monitor's numba kernels too (cached on disk after the first run)
+        TopicExplorer().monitor.update(np.array([0, 2]), np.array([0, 1]), np.array([[0, 1], [1, 0]]))
+        top_word_ids(np.ones((3, 2)), 2)
+    learn = observe = 0.0
+    n = len(c.train_tokens)
+    shares = []
+    for lo in range(0, n, BATCH):
+        t0 = time.perf_counter()
+        part = c.train_tokens[lo:lo + BATCH]
+        batch = m.prepare(part, grow=True)
+        res = m.process(batch, learn=True)
+        t1 = time.perf_counter()
+        learn += t1 - t0
+        if ex is not None:
+            theta = m.theta(res.doc_topic)
+            obs = ex.observe(m, batch, theta, list(range(lo, lo + len(part))), part)
+            dt = time.perf_counter() - t1
+            observe += dt
+            shares.append(dt / (t1 - t0))
+    out = {"seconds": learn, "top_words": [m.top_words(k, 25) for k in range(K)]}
+    if ex is not None:
+        out.update(monitor_seconds=observe, monitor_share=observe / learn,
+                   monitor_share_median_batch=float(np.median(shares)),
+                   stream_window_mean_npmi=obs.quality.mean_npmi)
+    return out
+
+
+def run_gensim(c: Corpus, K: int) -> dict:
+    from gensim.models import LdaModel
+
+    b = c.train
+    bows = [list(zip(b.word_ids[b.doc_ptr[d]:b.doc_ptr[d + 1]].tolist(),
+                     b.counts[b.doc_ptr[d]:b.doc_ptr[d + 1]].tolist())) for d in range(b.n_docs)]
+    t0 = time.perf_counter()
+    lda = LdaModel(corpus=bows, id2word=dict(enumerate(c.vocab.words)), num_topics=K, chunksize=BATCH, passes=1,
+                   update_every=1, alpha=np.full(K, ALPHA), eta=BETA, decay=0.7, offset=10.0, eval_every=None,
+                   random_state=0)
+    return {"seconds": time.perf_counter() - t0, "top_words": _tops(lda.state.get_lambda().T, c.vocab.words)}
+
+
+def run_sklearn(c: Corpus, K: int) -> dict:
+    from sklearn.decomposition import LatentDirichletAllocation
+
+    n = c.train.n_docs
+    lda = LatentDirichletAllocation(n_components=K, learning_method="online", batch_size=BATCH, total_samples=n,
+                                    doc_topic_prior=ALPHA, topic_word_prior=BETA, learning_offset=10.0,
+                                    learning_decay=0.7, random_state=0, n_jobs=1)
+    t0 = time.perf_counter()
+    for lo in range(0, n, BATCH):
+        lda.partial_fit(c.rows(lo, min(lo + BATCH, n)))
+    return {"seconds": time.perf_counter() - t0, "top_words": _tops(lda.components_.T, c.vocab.words)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--k", type=int, nargs="+", default=[50, 100])
+    ap.add_argument("--quick", action="store_true", help="3000 training documents")
+    ap.add_argument("--skip-peers", action="store_true")
+    args = ap.parse_args(argv)
+    c = Corpus(n_train=3000 if args.quick else None)
+    print(f"20NG: {len(c.train_tokens)} train docs, {c.n_tokens} tokens, V={len(c.vocab)} (df >= {MIN_DF}); "
+          f"reference = {len(c.reference)} test docs", flush=True)
+    results: dict = {"corpus": {"train_docs": len(c.train_tokens), "tokens": c.n_tokens, "vocabulary": len(c.vocab),
+                                "reference_docs": len(c.reference)}, "runs": {}}
+    for K in args.k:
+        runs = {
+            "streamtopics (defaults)": lambda: run_streamtopics(c, K, monitor=True),
+            "streamtopics (corpus_size=50000)": lambda: run_streamtopics(c, K, corpus_size=50000),
+        }
+        if not args.skip_peers:
+            runs["gensim (decay 0.7, offset 10)"] = lambda: run_gensim(c, K)
+            runs["scikit-learn online LDA"] = lambda: run_sklearn(c, K)
+        for name, fn in runs.items():
+            r = fn()
+            r.update(c.score(r["top_words"]))
+            r["top_words"] = [t[:10] for t in r["top_words"]]
+            results["runs"][f"K={K} {name}"] = r
+            line = (f"K={K:<4} {name:<34} mean NPMI {r['mean_npmi']:+.3f}  diversity {r['diversity']:.3f}  "
+                    f"{r['seconds']:7.1f} s")
+            if "monitor_share" in r:
+                line += (f"  | monitor {100 * r['monitor_share']:.2f} % of batch time "
+                         f"(median batch {100 * r['monitor_share_median_batch']:.2f} %)")
+            print(line, flush=True)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "quality.json"
+    out.write_text(json.dumps(results, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
