@@ -54,10 +54,12 @@ def topic_table(model, top_n: int = 10, top_ids: np.ndarray | None = None) -> li
     words = model.vocab.words
     prev = model.trends.current()
     out = []
+    ids = top_ids[:, :top_n]
+    w = (st.beta + st.scale * np.take_along_axis(st.mu[: st.n_words], ids.T, axis=0).T) / np.where(
+        totals > 0, totals, 1.0)[:, None]
+    weights = w.round(6).tolist()
     for k in range(model.n_topics):
-        ids = top_ids[k, :top_n]
-        w = (st.beta + st.scale * st.mu[ids, k]) / totals[k] if totals[k] > 0 else np.zeros(ids.size)
-        out.append({"topic": k, "top_words": [words[i] for i in ids], "weights": [round(float(x), 6) for x in w],
+        out.append({"topic": k, "top_words": [words[i] for i in ids[k]], "weights": weights[k],
                     "prevalence": _num(prev[k])})
     return out
 

@@ -55,23 +55,18 @@ def _top_n(w, n):
     V, K = w.shape
     ids = np.full((K, n), -1, dtype=np.int64)
     vals = np.full((K, n), -np.inf)
-    filled = np.zeros(K, dtype=np.int64)
     for v in range(V):
         for k in range(K):
             x = w[v, k]
-            f = filled[k]
-            if f == n and x <= vals[k, n - 1]:   # ties keep the lower id (seen first)
+            if x <= vals[k, n - 1]:   # ties keep the lower id (seen first)
                 continue
-            j = f if f < n else n - 1
+            j = n - 1
             while j > 0 and vals[k, j - 1] < x:
-                if j < n:
-                    vals[k, j] = vals[k, j - 1]
-                    ids[k, j] = ids[k, j - 1]
+                vals[k, j] = vals[k, j - 1]
+                ids[k, j] = ids[k, j - 1]
                 j -= 1
             vals[k, j] = x
             ids[k, j] = v
-            if f < n:
-                filled[k] = f + 1
     return ids
 
 
@@ -80,7 +75,8 @@ def topic_diversity(top_ids: np.ndarray, n: int = 25) -> float:
     top = np.asarray(top_ids)[:, :n]
     if top.size == 0:
         return float("nan")
-    return float(np.unique(top).size / top.size)
+    uniq = _unique_small(top) if top.dtype.kind in "iu" else np.unique(top)
+    return float(uniq.size / top.size)
 
 
 def npmi_from_counts(df: np.ndarray, pair: np.ndarray, n_docs: int) -> np.ndarray:
@@ -144,37 +140,53 @@ def npmi_reference(docs: Iterable, top_ids: np.ndarray) -> np.ndarray:
     return npmi_from_counts(df, pair, D)
 
 
+def _unique_small(a: np.ndarray) -> np.ndarray:
+    s = np.sort(a, axis=None)
+    return s[np.r_[True, s[1:] != s[:-1]]] if s.size else s
+
+
+def _postings(doc_ptr: np.ndarray, word_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A batch as (word, doc) pairs sorted by word then document, each pair once."""
+    D = doc_ptr.size - 1
+    doc = np.repeat(np.arange(D, dtype=np.int64), np.diff(doc_ptr))
+    key = np.sort(word_ids.astype(np.int64) * max(D, 1) + doc)
+    if key.size > 1:
+        key = key[np.r_[True, key[1:] != key[:-1]]]                # each (word, doc) once
+    return key // max(D, 1), key % max(D, 1)
+
+
 @njit(cache=True, nogil=True)
-def _accumulate(doc_ptr, word_ids, tw, inv_ptr, inv_k, inv_i, topic_sel, word_sel, mark, df, pair, sign):
-    """Add ``sign`` x the boolean-document counts of the documents in CSR (doc_ptr, word_ids):
-    df[w] for words with word_sel[w], pair[k, i, j] (i < j) for topics with topic_sel[k].
-    tw (K, N): each topic's top words sorted by id; inv_*: for a word, its (topic, position)s."""
-    N = tw.shape[1]
-    W = inv_ptr.shape[0] - 1
-    for d in range(doc_ptr.shape[0] - 1):
-        s, e = doc_ptr[d], doc_ptr[d + 1]
-        for p in range(s, e):
-            w = word_ids[p]
-            if w < W and inv_ptr[w + 1] > inv_ptr[w]:
-                mark[w] = 1
-        for p in range(s, e):
-            w = word_ids[p]
-            if w >= W or mark[w] != 1:
+def _count(ws, ds, tw, topic_sel, df_words, df, pair, sign):
+    """Add ``sign`` x the boolean-document counts of one batch given as postings (ws, ds):
+    D(w) for the ids in ``df_words``, and D(wi, wj), i < j, of the top words tw[k] of every
+    topic with topic_sel[k] (merge of the two sorted document lists)."""
+    K, N = tw.shape
+    for w in df_words:
+        df[w] += sign * (np.searchsorted(ws, w, side="right") - np.searchsorted(ws, w, side="left"))
+    lo = np.empty(N, dtype=np.int64)
+    hi = np.empty(N, dtype=np.int64)
+    for k in range(K):
+        if not topic_sel[k]:
+            continue
+        for i in range(N):
+            lo[i] = np.searchsorted(ws, tw[k, i], side="left")
+            hi[i] = np.searchsorted(ws, tw[k, i], side="right")
+        for i in range(N):
+            if lo[i] == hi[i]:
                 continue
-            mark[w] = 2  # counted once even if the document repeats it
-            if word_sel[w]:
-                df[w] += sign
-            for o in range(inv_ptr[w], inv_ptr[w + 1]):
-                k = inv_k[o]
-                if topic_sel[k]:
-                    i = inv_i[o]
-                    for j in range(i + 1, N):
-                        if mark[tw[k, j]] > 0:
-                            pair[k, i, j] += sign
-        for p in range(s, e):
-            w = word_ids[p]
-            if w < W:
-                mark[w] = 0
+            for j in range(i + 1, N):
+                a, b, c = lo[i], lo[j], 0
+                ea, eb = hi[i], hi[j]
+                while a < ea and b < eb:
+                    if ds[a] < ds[b]:
+                        a += 1
+                    elif ds[a] > ds[b]:
+                        b += 1
+                    else:
+                        c += 1
+                        a += 1
+                        b += 1
+                pair[k, i, j] += sign * c
 
 
 class QualityReport:
@@ -212,90 +224,78 @@ class CoherenceMonitor:
         self.window_docs = int(window_docs)
         self.top_n = int(top_n)
         self.diversity_n = int(diversity_n)
-        self._window: deque[tuple[np.ndarray, np.ndarray]] = deque()
+        # each window batch: (postings words, postings docs, documents); oldest first
+        self._window: deque[tuple[np.ndarray, np.ndarray, int]] = deque()
         self._n_docs = 0
         self._tw: np.ndarray | None = None      # (K, N) top words sorted by id (the counted sets)
-        self._df = np.zeros(0, dtype=np.int64)  # by word id; valid for tracked words
-        self._pair: np.ndarray | None = None    # (K, N, N)
-        self._mark = np.zeros(0, dtype=np.int8)
-        self._inv = None
+        self._df = np.zeros(0, dtype=np.int64)  # by word id; valid for the counted top words
+        self._pair: np.ndarray | None = None    # (K, N, N), i < j used
         self.last: QualityReport | None = None
 
     @property
     def n_docs(self) -> int:
         return self._n_docs
 
-    def window(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The stored window batches (doc_ptr, word_ids), oldest first (copies are not made)."""
-        return list(self._window)
+    def window(self) -> list[list[np.ndarray]]:
+        """The documents in the window, oldest batch first: per batch, each document's word ids."""
+        out = []
+        for ws, ds, n in self._window:
+            order = np.argsort(ds, kind="stable")
+            ptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(ds, minlength=n), out=ptr[1:])
+            w = ws[order]
+            out.append([w[ptr[d]:ptr[d + 1]] for d in range(n)])
+        return out
 
     def _grow(self, n: int) -> None:
         if n > self._df.size:
             size = max(n, 2 * self._df.size, 1024)
             self._df = np.concatenate([self._df, np.zeros(size - self._df.size, np.int64)])
-            self._mark = np.zeros(size, dtype=np.int8)
-            self._inv = None
-
-    def _index(self, tw: np.ndarray):
-        """Inverted index word -> (topic, position) over the counted top words."""
-        K, N = tw.shape
-        flat = tw.ravel()
-        order = np.argsort(flat, kind="stable")
-        inv_ptr = np.zeros(self._df.size + 1, dtype=np.int64)
-        np.add.at(inv_ptr, flat + 1, 1)
-        np.cumsum(inv_ptr, out=inv_ptr)
-        return inv_ptr, (order // N).astype(np.int64), (order % N).astype(np.int64)
-
-    def _run(self, doc_ptr, word_ids, topic_sel, word_sel, sign: int) -> None:
-        inv_ptr, inv_k, inv_i = self._inv
-        _accumulate(doc_ptr, word_ids, self._tw, inv_ptr, inv_k, inv_i, topic_sel, word_sel,
-                    self._mark, self._df, self._pair, sign)
 
     def update(self, doc_ptr: np.ndarray, word_ids: np.ndarray, top_ids: np.ndarray,
                evicted: np.ndarray | None = None) -> QualityReport:
         top_ids = np.asarray(top_ids, dtype=np.int64)
-        doc_ptr = np.ascontiguousarray(doc_ptr, dtype=np.int64)
-        word_ids = np.ascontiguousarray(word_ids, dtype=np.int64)
+        doc_ptr = np.asarray(doc_ptr, dtype=np.int64)
+        word_ids = np.asarray(word_ids, dtype=np.int64)
         K = top_ids.shape[0]
-        hi = int(max(word_ids.max(initial=-1), top_ids.max(initial=-1))) + 1
-        self._grow(hi)
+        self._grow(int(max(word_ids.max(initial=-1), top_ids.max(initial=-1))) + 1)
         if evicted is not None and len(evicted) and self._window:
-            # recycled ids: drop their old occurrences from the stored window, then recount all
+            # recycled ids: their old occurrences leave the stored window; everything is recounted
             gone = np.asarray(evicted, dtype=np.int64)
-            self._window = deque(_drop_words(p, w, gone) for p, w in self._window)
+            self._window = deque((ws[keep], ds[keep], n) for ws, ds, n in self._window
+                                 for keep in [~np.isin(ws, gone)])
             self._tw = None
         new_tw = np.sort(top_ids[:, : self.top_n], axis=1)
-        # 1. the batch enters and old batches leave, counted for the current top words
-        self._window.append((doc_ptr.copy(), word_ids.copy()))
-        self._n_docs += doc_ptr.size - 1
+        # 1. the batch enters and old batches leave, counted for the current top-word sets
+        ws, ds = _postings(doc_ptr, word_ids)
+        entering = (ws, ds, doc_ptr.size - 1)
+        self._window.append(entering)
+        self._n_docs += entering[2]
         leaving = []
-        while len(self._window) > 1 and self._n_docs - (self._window[0][0].size - 1) >= self.window_docs:
+        while len(self._window) > 1 and self._n_docs - self._window[0][2] >= self.window_docs:
             leaving.append(self._window.popleft())
-            self._n_docs -= leaving[-1][0].size - 1
-        if self._tw is not None and self._tw.shape == new_tw.shape and self._inv is not None:
+            self._n_docs -= leaving[-1][2]
+        incremental = self._tw is not None and self._tw.shape == new_tw.shape
+        if incremental:
             all_topics = np.ones(K, dtype=np.bool_)
-            tracked = np.zeros(self._df.size, dtype=np.bool_)
-            tracked[self._tw.ravel()] = True
-            self._run(doc_ptr, word_ids, all_topics, tracked, 1)
-            for p, w in leaving:
-                self._run(p, w, all_topics, tracked, -1)
+            tracked = _unique_small(self._tw)
+            _count(ws, ds, self._tw, all_topics, tracked, self._df, self._pair, 1)
+            for lw, ld, _ in leaving:
+                _count(lw, ld, self._tw, all_topics, tracked, self._df, self._pair, -1)
             changed = np.any(new_tw != self._tw, axis=1)
         else:
+            tracked = np.zeros(0, dtype=np.int64)
             changed = np.ones(K, dtype=np.bool_)
-            tracked = np.zeros(self._df.size, dtype=np.bool_)
             self._pair = np.zeros((K, new_tw.shape[1], new_tw.shape[1]), dtype=np.int64)
         # 2. topics whose top-word set changed, and newly tracked words, are recounted
         n_changed = int(changed.sum())
         if n_changed:
-            self._tw = new_tw
-            self._inv = self._index(new_tw)
-            new_words = np.zeros(self._df.size, dtype=np.bool_)
-            new_words[new_tw.ravel()] = True
-            new_words &= ~tracked
+            new_words = np.setdiff1d(_unique_small(new_tw), tracked, assume_unique=True)
             self._df[new_words] = 0
             self._pair[changed] = 0
-            for p, w in self._window:
-                self._run(p, w, changed, new_words, 1)
+            self._tw = new_tw
+            for bw, bd, _ in self._window:
+                _count(bw, bd, new_tw, changed, new_words, self._df, self._pair, 1)
         npmi = npmi_from_counts(self._df[self._tw], self._pair, self._n_docs)
         npmi.flags.writeable = False
         tops = top_ids.copy()
@@ -313,13 +313,3 @@ class CoherenceMonitor:
         return self._tw.copy()
 
 
-def _drop_words(doc_ptr: np.ndarray, word_ids: np.ndarray, gone: np.ndarray):
-    keep = ~np.isin(word_ids, gone)
-    if keep.all():
-        return doc_ptr, word_ids
-    D = doc_ptr.size - 1
-    doc_of = np.repeat(np.arange(D, dtype=np.int64), np.diff(doc_ptr))
-    lengths = np.bincount(doc_of[keep], minlength=D)
-    ptr = np.zeros_like(doc_ptr)
-    np.cumsum(lengths, out=ptr[1:])
-    return ptr, word_ids[keep]

@@ -39,7 +39,7 @@ def test_export_pyldavis_loads_into_prepare(snapshot, tmp_path, capsys):
     assert len(data["vocab"]) == len(data["term_frequency"]) == 800 and min(data["term_frequency"]) > 0
     pyLDAvis = pytest.importorskip("pyLDAvis", reason="pyLDAvis is a bench-only dependency")
     vis = pyLDAvis.prepare(data["topic_term_dists"], data["doc_topic_dists"], data["doc_lengths"],
-                           data["vocab"], data["term_frequency"], mds="pcoa", sort_topics=False)
+                           data["vocab"], data["term_frequency"], mds="pcoa", sort_topics=False, n_jobs=1)
     assert len(vis.topic_coordinates) == 6
     assert set(vis.topic_info["Term"]) <= set(data["vocab"])
 
