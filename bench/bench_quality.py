@@ -22,6 +22,13 @@ and streamtopics_batch_duration_seconds{stage="total"}).
 
     python bench/bench_quality.py                 # K = 50 and 100 (~10-15 min on 2 busy cores)
     python bench/bench_quality.py --k 50 --quick  # a smoke run on 3000 training documents
+    python bench/bench_quality.py --daemon-only   # only the in-daemon monitor cost (embedded broker)
+
+In the daemon (section "daemon"): the shipped config (K=100, batches of 256) on the 20NG train
+split through the embedded broker, explorer on, paired with a run with ``metrics.explorer =
+false``; reported: the monitor's seconds (streamtopics_topic_monitor_duration_seconds_sum) over
+the loop's learn+predict seconds and over the batch total (stage="total": first record to
+acknowledged predictions), and the paired wall-time ratio of the two runs.
 
 Needs the bench extra (gensim, scikit-learn). Writes bench/results/quality.json.
 """
@@ -149,12 +156,90 @@ def run_sklearn(c: Corpus, K: int) -> dict:
     return {"seconds": time.perf_counter() - t0, "top_words": _tops(lda.components_.T, c.vocab.words)}
 
 
+def daemon_cost(rounds: int = 2) -> dict:
+    """The monitor inside the daemon: metrics sums, and wall time paired with explorer = false."""
+    import threading
+    import tomllib
+
+    import msgpack
+    from kafka import KafkaProducer
+
+    from streamtopics.config import Config
+    from streamtopics.daemon import Daemon
+    from streamtopics.stream.broker import EmbeddedBroker, create_topics
+
+    root = Path(__file__).resolve().parents[1]
+    docs = load_20newsgroups("train", order="shuffled", seed=0)
+    docs = docs[: len(docs) - len(docs) % 256]
+    out: dict = {"documents": len(docs), "runs": []}
+    with EmbeddedBroker() as broker:
+        topic = "q-in"
+        create_topics(broker.bootstrap, {topic: 1, "q-out": 1, "q-dlq": 1})
+        p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=10, batch_size=262144,
+                          enable_idempotence=False)
+        for d in docs:
+            p.send(topic, msgpack.packb({"id": d.id, "text": d.text}, use_bin_type=True))
+        p.flush(timeout=120)
+        p.close(timeout=5)
+        for r in range(rounds):
+            for explorer in (True, False):
+                data = tomllib.loads((root / "config" / "streamtopics.toml").read_text())
+                data["kafka"].update(bootstrap_servers=broker.bootstrap, group_id=f"q-{time.monotonic_ns()}",
+                                     session_timeout_ms=3000, heartbeat_interval_ms=1000, create_topics=False)
+                data["topics"].update(input=topic, output="q-out", dead_letter="q-dlq")
+                data["snapshot"].update(dir=str(RESULTS / "quality-snaps"), every_batches=0, every_seconds=0)
+                data["metrics"].update(port=0, explorer=explorer)
+                d = Daemon(Config.from_dict(data, env={}), serve_metrics=False)
+                t = threading.Thread(target=d.run, daemon=True)
+                t.start()
+                d.wait_started(120)
+                while d.status().get("offsets", {}).get(f"{topic}:0", 0) < len(docs):
+                    time.sleep(0.02)
+                d.stop()
+                t.join(120)
+                st = d.status()
+                sums = {}
+                for fam in d.metrics.registry.collect():
+                    for smp in fam.samples:
+                        if smp.name == "streamtopics_batch_duration_seconds_sum":
+                            sums[smp.labels["stage"]] = smp.value
+                        elif smp.name == "streamtopics_topic_monitor_duration_seconds_sum":
+                            sums["monitor"] = smp.value
+                run = {"explorer": explorer, "wall_seconds": st["last_batch_at"] - st["first_batch_at"],
+                       "stage_seconds": {k: round(v, 3) for k, v in sums.items()}}
+                if explorer:
+                    work = sums["predict"] + sums["learn"] + sums["decode"]
+                    run.update(monitor_share_of_loop_work=sums["monitor"] / work,
+                               monitor_share_of_batch_total=sums["monitor"] / sums["total"])
+                out["runs"].append(run)
+                print(f"  daemon round {r + 1} explorer={explorer}: wall {run['wall_seconds']:.2f} s"
+                      + (f", monitor {sums['monitor']:.2f} s = {100 * run['monitor_share_of_loop_work']:.2f} % of "
+                         f"decode+predict+learn, {100 * run['monitor_share_of_batch_total']:.2f} % of the batch "
+                         f"total stage" if explorer else ""), flush=True)
+    on = [x for x in out["runs"] if x["explorer"]]
+    off = [x for x in out["runs"] if not x["explorer"]]
+    out["wall_ratio_pairs"] = [a["wall_seconds"] / b["wall_seconds"] for a, b in zip(on, off)]
+    out["monitor_share_of_loop_work_median"] = float(np.median([x["monitor_share_of_loop_work"] for x in on]))
+    out["monitor_share_of_batch_total_median"] = float(np.median([x["monitor_share_of_batch_total"] for x in on]))
+    print(f"daemon: monitor = {100 * out['monitor_share_of_loop_work_median']:.2f} % of the loop's work, "
+          f"{100 * out['monitor_share_of_batch_total_median']:.2f} % of batch time; wall explorer on/off "
+          f"{', '.join(f'{x:.3f}' for x in out['wall_ratio_pairs'])}", flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--k", type=int, nargs="+", default=[50, 100])
     ap.add_argument("--quick", action="store_true", help="3000 training documents")
     ap.add_argument("--skip-peers", action="store_true")
+    ap.add_argument("--daemon-only", action="store_true", help="only the in-daemon monitor cost")
+    ap.add_argument("--daemon-rounds", type=int, default=2)
     args = ap.parse_args(argv)
+    if args.daemon_only:
+        res = daemon_cost(args.daemon_rounds)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "quality-daemon.json").write_text(json.dumps(res, indent=1))
+        return 0
     c = Corpus(n_train=3000 if args.quick else None)
     print(f"20NG: {len(c.train_tokens)} train docs, {c.n_tokens} tokens, V={len(c.vocab)} (df >= {MIN_DF}); "
           f"reference = {len(c.reference)} test docs", flush=True)

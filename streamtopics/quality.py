@@ -51,14 +51,17 @@ def top_word_ids(weights: np.ndarray, n: int) -> np.ndarray:
 
 @njit(cache=True, nogil=True)
 def _top_n(w, n):
-    """Per column, keep the n best (value desc, id asc) in a sorted buffer; rows are read in order."""
+    """Per column, keep the n best (value desc, id asc) in a sorted buffer; rows are read in
+    order and compared with a contiguous array of the columns' current n-th best values."""
     V, K = w.shape
     ids = np.full((K, n), -1, dtype=np.int64)
     vals = np.full((K, n), -np.inf)
+    thr = np.full(K, -np.inf)
     for v in range(V):
+        row = w[v]
         for k in range(K):
-            x = w[v, k]
-            if x <= vals[k, n - 1]:   # ties keep the lower id (seen first)
+            x = row[k]
+            if x <= thr[k]:   # ties keep the lower id (seen first)
                 continue
             j = n - 1
             while j > 0 and vals[k, j - 1] < x:
@@ -67,6 +70,7 @@ def _top_n(w, n):
                 j -= 1
             vals[k, j] = x
             ids[k, j] = v
+            thr[k] = vals[k, n - 1]
     return ids
 
 
@@ -90,17 +94,28 @@ def npmi_from_counts(df: np.ndarray, pair: np.ndarray, n_docs: int) -> np.ndarra
     K, N = df.shape
     if n_docs <= 0 or N < 2:
         return np.full(K, np.nan)
-    iu, ju = np.triu_indices(N, 1)
-    co = pair[:, iu, ju].astype(np.float64)                               # (K, P)
-    pi = df[:, iu].astype(np.float64) / n_docs
-    pj = df[:, ju].astype(np.float64) / n_docs
-    pij = co / n_docs
-    out = np.full(co.shape, -1.0)
-    full = co >= n_docs
-    out[full] = 1.0
-    mid = (co > 0) & ~full
-    out[mid] = np.log(pij[mid] / (pi[mid] * pj[mid])) / -np.log(pij[mid])
-    return out.mean(axis=1)
+    return _npmi(np.ascontiguousarray(df, dtype=np.int64), np.ascontiguousarray(pair, dtype=np.int64),
+                 float(n_docs))
+
+
+@njit(cache=True, nogil=True)
+def _npmi(df, pair, D):
+    K, N = df.shape
+    out = np.empty(K)
+    for k in range(K):
+        total = 0.0
+        for i in range(N):
+            for j in range(i + 1, N):
+                c = pair[k, i, j]
+                if c <= 0:
+                    total += -1.0
+                elif c >= D:
+                    total += 1.0
+                else:
+                    pij = c / D
+                    total += np.log(pij / ((df[k, i] / D) * (df[k, j] / D))) / -np.log(pij)
+        out[k] = total / (N * (N - 1) / 2)
+    return out
 
 
 def cooccurrence_counts(docs: Iterable, top_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
@@ -156,36 +171,46 @@ def _postings(doc_ptr: np.ndarray, word_ids: np.ndarray) -> tuple[np.ndarray, np
 
 
 @njit(cache=True, nogil=True)
-def _count(ws, ds, tw, topic_sel, df_words, df, pair, sign):
-    """Add ``sign`` x the boolean-document counts of one batch given as postings (ws, ds):
-    D(w) for the ids in ``df_words``, and D(wi, wj), i < j, of the top words tw[k] of every
-    topic with topic_sel[k] (merge of the two sorted document lists)."""
+def _popcount(x):
+    # SWAR bit count of a uint64
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return (x * np.uint64(0x0101010101010101)) >> np.uint64(56)
+
+
+@njit(cache=True, nogil=True)
+def _count(ws, ds, n_docs, tw, topic_sel, df_words, df, pair, sign):
+    """Add ``sign`` x the boolean-document counts of one batch of ``n_docs`` documents given as
+    postings (ws, ds): D(w) for the ids in ``df_words``, and D(wi, wj), i < j, of the top words
+    tw[k] of every topic with topic_sel[k] (document sets as bitsets, pairs by AND + popcount)."""
     K, N = tw.shape
     for w in df_words:
         df[w] += sign * (np.searchsorted(ws, w, side="right") - np.searchsorted(ws, w, side="left"))
-    lo = np.empty(N, dtype=np.int64)
-    hi = np.empty(N, dtype=np.int64)
+    nb = (n_docs + 63) // 64
+    bits = np.zeros((N, nb), dtype=np.uint64)
+    present = np.zeros(N, dtype=np.bool_)
     for k in range(K):
         if not topic_sel[k]:
             continue
         for i in range(N):
-            lo[i] = np.searchsorted(ws, tw[k, i], side="left")
-            hi[i] = np.searchsorted(ws, tw[k, i], side="right")
+            lo = np.searchsorted(ws, tw[k, i], side="left")
+            hi = np.searchsorted(ws, tw[k, i], side="right")
+            present[i] = hi > lo
+            if present[i]:
+                bits[i, :] = 0
+                for p in range(lo, hi):
+                    d = ds[p]
+                    bits[i, d >> 6] |= np.uint64(1) << np.uint64(d & 63)
         for i in range(N):
-            if lo[i] == hi[i]:
+            if not present[i]:
                 continue
             for j in range(i + 1, N):
-                a, b, c = lo[i], lo[j], 0
-                ea, eb = hi[i], hi[j]
-                while a < ea and b < eb:
-                    if ds[a] < ds[b]:
-                        a += 1
-                    elif ds[a] > ds[b]:
-                        b += 1
-                    else:
-                        c += 1
-                        a += 1
-                        b += 1
+                if not present[j]:
+                    continue
+                c = 0
+                for b in range(nb):
+                    c += _popcount(bits[i, b] & bits[j, b])
                 pair[k, i, j] += sign * c
 
 
@@ -279,9 +304,9 @@ class CoherenceMonitor:
         if incremental:
             all_topics = np.ones(K, dtype=np.bool_)
             tracked = _unique_small(self._tw)
-            _count(ws, ds, self._tw, all_topics, tracked, self._df, self._pair, 1)
-            for lw, ld, _ in leaving:
-                _count(lw, ld, self._tw, all_topics, tracked, self._df, self._pair, -1)
+            _count(ws, ds, entering[2], self._tw, all_topics, tracked, self._df, self._pair, 1)
+            for lw, ld, ln in leaving:
+                _count(lw, ld, ln, self._tw, all_topics, tracked, self._df, self._pair, -1)
             changed = np.any(new_tw != self._tw, axis=1)
         else:
             tracked = np.zeros(0, dtype=np.int64)
@@ -294,8 +319,8 @@ class CoherenceMonitor:
             self._df[new_words] = 0
             self._pair[changed] = 0
             self._tw = new_tw
-            for bw, bd, _ in self._window:
-                _count(bw, bd, new_tw, changed, new_words, self._df, self._pair, 1)
+            for bw, bd, bn in self._window:
+                _count(bw, bd, bn, new_tw, changed, new_words, self._df, self._pair, 1)
         npmi = npmi_from_counts(self._df[self._tw], self._pair, self._n_docs)
         npmi.flags.writeable = False
         tops = top_ids.copy()
