@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .quality import CoherenceMonitor, QualityReport, top_word_ids
+from .quality import CoherenceMonitor, QualityReport, top_word_ids, top_word_ids_rows
 from .trends import TopicEvents
 
 __all__ = ["TopicExplorer", "Observation", "topic_table"]
@@ -89,6 +89,8 @@ class TopicExplorer:
         self.events = events
         self._examples: list[deque] = []
         self._model = None
+        self._top: np.ndarray | None = None   # last top-25 ids (K, 25)
+        self._since_full = 0
         self._published: tuple[dict[str, Any], list] = (
             {"status": "waiting for the first batch", "topics": [], "model_version": None}, [None])
         self._page: bytes | None = None
@@ -114,9 +116,10 @@ class TopicExplorer:
             self.monitor = CoherenceMonitor(self.monitor.window_docs, self.top_n, self.monitor.diversity_n)
             self._examples = []
             self._model = model
+            self._top = None
         t0 = time.perf_counter()
         st = model.state
-        top25 = top_word_ids(st.mu[: st.n_words], 25)
+        top25 = self._top_ids(model, batch)
         quality = self.monitor.update(batch.doc_ptr, batch.word_ids, top25[:, : self.top_n],
                                       evicted=batch.evicted if batch.evicted.size else None)
         trends = model.trends
@@ -158,6 +161,29 @@ class TopicExplorer:
         # publish: one reference assignment of a new (view, JSON cache) pair; readers take it once
         self._published = (view, [None])
         return Observation(quality, prevalence, rising, fading, events, seconds)
+
+    def _top_ids(self, model, batch) -> np.ndarray:
+        """Each topic's top-25 word ids after the batch.
+
+        The stochastic update rescales every row of the topic-word statistics alike and adds
+        non-negative statistics to the rows of the batch's words only, so a word that is neither
+        in the batch nor was in a top-25 before cannot enter one: the candidates are the batch's
+        words and the previous top words (a full scan after evictions, for other updates, in the
+        first updates, when the shape changed and every 64 batches)."""
+        st = model.state
+        mu = st.mu[: st.n_words]
+        prev = self._top
+        full = (prev is None or prev.shape != (model.n_topics, 25) or model.update != "stochastic"
+                or batch.evicted.size > 0 or st.n_updates <= 2 or self._since_full >= 64
+                or prev.max(initial=-1) >= st.n_words or st.n_words < 25)
+        if full:
+            top = top_word_ids(mu, 25)
+            self._since_full = 0
+        else:
+            top = top_word_ids_rows(mu, np.concatenate([batch.uniq, prev.ravel()]), 25)
+            self._since_full += 1
+        self._top = top
+        return top
 
     def _add_examples(self, K: int, theta: np.ndarray, ids: list, texts: list, version: int) -> None:
         if len(self._examples) != K:

@@ -34,6 +34,7 @@ __all__ = [
     "npmi_reference",
     "topic_diversity",
     "top_word_ids",
+    "top_word_ids_rows",
 ]
 
 
@@ -47,6 +48,41 @@ def top_word_ids(weights: np.ndarray, n: int) -> np.ndarray:
     w = weights if weights.flags.c_contiguous and weights.dtype == np.float64 else \
         np.ascontiguousarray(weights, dtype=np.float64)
     return _top_n(w, n)
+
+
+def top_word_ids_rows(weights: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
+    """``top_word_ids`` restricted to the candidate ``rows`` (ids, any order) of ``weights``."""
+    rows = _unique_small(np.asarray(rows, dtype=np.int64))
+    V, K = weights.shape
+    n = min(n, rows.size)
+    if n <= 0:
+        return np.zeros((K, 0), dtype=np.int64)
+    w = weights if weights.flags.c_contiguous and weights.dtype == np.float64 else \
+        np.ascontiguousarray(weights, dtype=np.float64)
+    return _top_n_rows(w, rows, n)
+
+
+@njit(cache=True, nogil=True)
+def _top_n_rows(w, rows, n):
+    K = w.shape[1]
+    ids = np.full((K, n), -1, dtype=np.int64)
+    vals = np.full((K, n), -np.inf)
+    thr = np.full(K, -np.inf)
+    for v in rows:
+        row = w[v]
+        for k in range(K):
+            x = row[k]
+            if x <= thr[k]:
+                continue
+            j = n - 1
+            while j > 0 and vals[k, j - 1] < x:
+                vals[k, j] = vals[k, j - 1]
+                ids[k, j] = ids[k, j - 1]
+                j -= 1
+            vals[k, j] = x
+            ids[k, j] = v
+            thr[k] = vals[k, n - 1]
+    return ids
 
 
 @njit(cache=True, nogil=True)

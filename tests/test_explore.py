@@ -27,6 +27,7 @@ from streamtopics.config import Config
 from streamtopics.corpora import load_reuters_r8
 from streamtopics.daemon import Daemon
 from streamtopics.explore import TopicExplorer
+from streamtopics.quality import top_word_ids
 from streamtopics.stream.broker import create_topics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,20 +204,23 @@ def test_browser_shows_one_card_per_topic_with_the_api_top_words(served, tmp_pat
 
 
 def test_explorer_alone_on_a_library_model():
-    docs = load_reuters_r8("train")[:200]
+    docs = load_reuters_r8("train")[:400]
     m = TopicModel(n_topics=5, seed=2)
     ex = TopicExplorer(window_docs=100)
     assert ex.route("/v1/topics")[0] == 200 and json.loads(ex.route("/v1/topics")[1])["topics"] == []
-    for i in range(0, 200, 50):
+    for i in range(0, 400, 50):
         part = docs[i:i + 50]
         batch = m.prepare(m.tokenize([d.text for d in part]), grow=True)
         res = m.process(batch, learn=True)
         obs = ex.observe(m, batch, m.theta(res.doc_topic), [d.id for d in part], [d.text for d in part],
                          status={"docs_per_s": float("nan")})
         assert obs.seconds > 0
+        # the candidate-row top words (after the first updates) equal a full scan of the model
+        full = top_word_ids(m.state.mu[: m.state.n_words], 10)
+        assert [t["top_words"] for t in ex.view["topics"]] == [[m.vocabulary[i] for i in r] for r in full]
     view = ex.view
     assert view["docs_per_s"] is None and len(view["topics"]) == 5
-    assert [t["top_words"] for t in view["topics"]] == [m.top_words(k, 10) for k in range(5)]
+    assert [set(t["top_words"][:5]) for t in view["topics"]] == [set(m.top_words(k, 5)) for k in range(5)]
     assert ex.route("/nope") is None
     page = ex.route("/topics")[1]
-    assert b"/*INITIAL_VIEW*/null" not in page and b'"model_version": 4' in page
+    assert b"/*INITIAL_VIEW*/null" not in page and b'"model_version": 8' in page
