@@ -158,6 +158,8 @@ def run_sklearn(c: Corpus, K: int) -> dict:
 
 def daemon_cost(rounds: int = 2) -> dict:
     """The monitor inside the daemon: metrics sums, and wall time paired with explorer = false."""
+    import shutil
+    import tempfile
     import threading
     import tomllib
 
@@ -187,7 +189,8 @@ def daemon_cost(rounds: int = 2) -> dict:
                 data["kafka"].update(bootstrap_servers=broker.bootstrap, group_id=f"q-{time.monotonic_ns()}",
                                      session_timeout_ms=3000, heartbeat_interval_ms=1000, create_topics=False)
                 data["topics"].update(input=topic, output="q-out", dead_letter="q-dlq")
-                data["snapshot"].update(dir=str(RESULTS / "quality-snaps"), every_batches=0, every_seconds=0)
+                snaps = tempfile.mkdtemp(prefix="bench-quality-")  # a fresh model every run
+                data["snapshot"].update(dir=snaps, every_batches=0, every_seconds=0)
                 data["metrics"].update(port=0, explorer=explorer)
                 d = Daemon(Config.from_dict(data, env={}), serve_metrics=False)
                 t = threading.Thread(target=d.run, daemon=True)
@@ -197,6 +200,7 @@ def daemon_cost(rounds: int = 2) -> dict:
                     time.sleep(0.02)
                 d.stop()
                 t.join(120)
+                shutil.rmtree(snaps, ignore_errors=True)
                 st = d.status()
                 sums = {}
                 for fam in d.metrics.registry.collect():
