@@ -5,7 +5,8 @@
     streamtopics produce --bootstrap B --topic T (FILE.jsonl | FILE.txt | --corpus 20ng|r8) [--limit N]
     streamtopics inspect SNAPSHOT [--top N]   model facts, top words, prevalence and coherence per topic
     streamtopics export SNAPSHOT --format pyldavis|json|csv [-o FILE]   topics for other tools
-    streamtopics check-config FILE            validate; print the effective configuration (secrets masked)
+    streamtopics check-config [FILE]          validate; print the effective configuration (secrets masked;
+                                              no FILE: the packaged defaults)
 
 Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error, 130 interrupted.
 """
@@ -24,7 +25,9 @@ from typing import Any
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-_REPO_CONFIG = Path(__file__).resolve().parent.parent / "config" / "streamtopics.toml"
+# The default configuration ships inside the package (config/streamtopics.toml in a checkout
+# is a link to it), so an installed command and a checkout run on the same values.
+DEFAULT_CONFIG = Path(__file__).resolve().with_name("data") / "streamtopics.toml"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -118,6 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_check_config(args: argparse.Namespace) -> int:
     from .config import ENV_PREFIX
 
+    args.file = args.file or str(DEFAULT_CONFIG)
     cfg, errors = _load_config_or_exit(args.file)
     if errors:
         for line in errors:
@@ -331,13 +335,12 @@ def cmd_produce(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- demo
 
 
-def _demo_config(bootstrap: str, args: argparse.Namespace, snapshot_dir: Path, n_docs: int | None = None):
+def _demo_config(bootstrap: str, args: argparse.Namespace, snapshot_dir: Path):
     from .config import Config
 
     data: dict[str, Any] = {}
-    path = Path(args.config) if args.config else (_REPO_CONFIG if _REPO_CONFIG.is_file() else None)
-    if path is not None:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    path = Path(args.config) if args.config else DEFAULT_CONFIG
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
     kafka = data.setdefault("kafka", {})
     kafka.update(bootstrap_servers=bootstrap, group_id="streamtopics-demo",
                  # the defaults suit a long-running daemon; a demo wants a fast group join
@@ -347,11 +350,6 @@ def _demo_config(bootstrap: str, args: argparse.Namespace, snapshot_dir: Path, n
         model["n_topics"] = args.topics
         model["sparsity"] = min(int(model.get("sparsity", 8)), args.topics)
     model = data.setdefault("model", {})
-    if n_docs:
-        # The demo knows its corpus: scaling each batch to the true D (Hoffman et al.'s SVI)
-        # lets the first batches shape the topics; with D = documents seen so far the
-        # initial pseudo-counts dominate them and a few topics swallow the stream.
-        model["corpus_size"] = n_docs
     # Two-letter tokens in 20NG are mostly uuencoded/binary debris ("ax", "ei", "cx").
     model["min_word_len"] = max(3, int(model.get("min_word_len", 2)))
     if not args.unsupervised and model.get("supervision", "none") == "none":
@@ -407,7 +405,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             for p in snap_dir.glob("*.stsnap"):
                 p.unlink()
         snap_dir.mkdir(parents=True, exist_ok=True)
-        cfg, cfg_path = _demo_config(broker.bootstrap, args, snap_dir, n_docs=n)
+        cfg, cfg_path = _demo_config(broker.bootstrap, args, snap_dir)
         t = cfg.topics
         create_topics(broker.bootstrap, {t.input: 1, t.output: 1, t.dead_letter: 1})
 
@@ -595,7 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="number of topics (default 20, one per newsgroup; the config's n_topics otherwise "
                         "is sized for production streams)")
     d.add_argument("--batch", type=int, default=None, metavar="N", help="documents per minibatch (config default)")
-    d.add_argument("--config", default=None, metavar="FILE", help="base configuration (default config/streamtopics.toml)")
+    d.add_argument("--config", default=None, metavar="FILE", help="base configuration (default: the packaged streamtopics/data/streamtopics.toml)")
     d.add_argument("--dir", default="var/demo", help="where snapshots and the daemon log go (default var/demo)")
     d.add_argument("--every", type=float, default=1.0, metavar="S", help="seconds between progress lines")
     d.add_argument("--no-color", action="store_true", help="plain output")
@@ -639,7 +637,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check-config", help="validate a configuration file",
                        description="Validate FILE (plus STREAMTOPICS_* environment overrides) and print the "
                                    "effective configuration with secrets masked. Exit 2 on errors.")
-    c.add_argument("file", metavar="FILE")
+    c.add_argument("file", metavar="FILE", nargs="?", default=None,
+                   help="TOML file (default: the packaged defaults, streamtopics/data/streamtopics.toml)")
     c.set_defaults(func=cmd_check_config)
     return p
 

@@ -2,7 +2,10 @@
 
 Sources, later ones winning:
 
-1. the defaults declared below (identical to ``config/streamtopics.toml``);
+1. the defaults declared below: the ``[model]`` values come from ``TopicModel``'s own
+   signature (one source for the library, the daemon and the demo), and the packaged
+   ``streamtopics/data/streamtopics.toml`` (``config/streamtopics.toml`` in a checkout) lists
+   the same values, which a test checks;
 2. the TOML file given to ``load_config``;
 3. environment variables ``STREAMTOPICS_<SECTION>__<KEY>`` (double underscore
    between section and key), e.g. ``STREAMTOPICS_KAFKA__BOOTSTRAP_SERVERS=host:9092``
@@ -211,38 +214,50 @@ class TopicsConfig:
                           "metrics.events_* thresholds; empty = no events.")
 
 
+def _library_default(name: str, none_as: Any = None) -> Any:
+    """The default of ``TopicModel(...)``'s keyword ``name``; None (or "auto") becomes the
+    config's sentinel ``none_as`` (0 = "let the library decide", as elsewhere in this file)."""
+    import inspect
+
+    from .model import TopicModel
+
+    v = inspect.signature(TopicModel.__init__).parameters[name].default
+    return none_as if v is None or v == "auto" else v
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     engine: str = opt("lsparse", "Local inference: lsparse (sparse variational) or alias (alias-table Metropolis-Hastings).", choices=("lsparse", "alias"))
-    n_topics: int = opt(100, "Number of topics K.", ge=2, le=100000)
-    sparsity: int = opt(8, "Non-zero topics kept per document in the sparse local step (at most n_topics).", ge=1)
+    n_topics: int = opt(_library_default("n_topics"), "Number of topics K.", ge=2, le=100000)
+    sparsity: int = opt(_library_default("sparsity"), "Non-zero topics kept per document in the sparse local step (at most n_topics).", ge=1)
     update: str = opt("stochastic", "Global update: stochastic (decaying step) or memoized (exact over a window of batches).", choices=("stochastic", "memoized"))
-    alpha: float = opt(0.1, "Document-topic Dirichlet prior.", gt=0)
-    beta: float = opt(0.01, "Topic-word Dirichlet prior.", gt=0)
+    alpha: float = opt(_library_default("alpha", 0.0), "Document-topic Dirichlet prior (per topic); 0 = learned from the stream (empirical Bayes, docs/defaults.md).", ge=0)
+    beta: float = opt(_library_default("beta"), "Topic-word Dirichlet prior.", gt=0)
     seed: int = opt(0, "Random seed; same seed and input give the same model.", ge=0)
-    delay: float = opt(10.0, "Stochastic step rho_t = max(rho_min, (delay + t) ** -forgetting_rate): tau0.", ge=0)
-    forgetting_rate: float = opt(0.7, "Stochastic step decay kappa; (0.5, 1] guarantees convergence.", gt=0.5, le=1)
-    rho_min: float = opt(0.0, "Floor of the stochastic step so the model keeps adapting to drift; 0 = no floor.", ge=0, lt=1)
-    corpus_size: int = opt(100000, "Documents D the stochastic update scales a batch to; 0 = documents seen so far.",
-                           ge=0)
-    memo_window: int = opt(256, "Batches the memoized update remembers (older ones are forgotten).", ge=1)
-    vocab_cap: int = opt(200000, "Largest vocabulary size.", ge=1)
+    delay: float = opt(_library_default("delay"), "Stochastic step rho_t = max(rho_min, (delay + t) ** -forgetting_rate): tau0.", ge=0)
+    forgetting_rate: float = opt(_library_default("forgetting_rate"), "Stochastic step decay kappa; (0.5, 1] guarantees convergence.", gt=0.5, le=1)
+    rho_min: float = opt(_library_default("rho_min"), "Floor of the stochastic step so the model keeps adapting to drift; 0 = no floor.", ge=0, lt=1)
+    corpus_size: int = opt(_library_default("corpus_size", 0),
+                           "Documents D the stochastic update scales a batch to; 0 = derived from the stream: "
+                           "max(documents seen, topics x vocabulary / mean document length) (docs/defaults.md).", ge=0)
+    memo_window: int = opt(_library_default("memo_window"), "Batches the memoized update remembers (older ones are forgotten).", ge=1)
+    vocab_cap: int = opt(_library_default("vocab_cap"), "Largest vocabulary size.", ge=1)
     vocab_policy: str = opt("ignore", "When the vocabulary is full: ignore new words, or evict the rarest.", choices=("ignore", "evict"))
-    min_word_len: int = opt(2, "Shorter tokens are dropped by the tokenizer.", ge=1)
+    min_word_len: int = opt(_library_default("min_word_len"), "Shorter tokens are dropped by the tokenizer.", ge=1)
     stopwords: str = opt("english", "Stopword list removed by the tokenizer.", choices=("english", "none"))
     supervision: str = opt("none", "Supervised topics: none, hinge (max-margin), logistic, or regression on 'response'.", choices=("none", "hinge", "logistic", "regression"))
     sup_c: float = opt(0.0, "Supervised loss: regularisation constant c (weight of the labels against the words); 0 = the loss's default.", ge=0)
     sup_ell: float = opt(0.0, "Hinge loss margin ell; 0 = the default.", ge=0)
     sup_epsilon: float = opt(0.0, "Regression: width of the insensitive zone epsilon; 0 = the default.", ge=0)
-    sup_prior_var: float = opt(1.0, "Prior variance of the classifier weights.", gt=0)
-    sup_decay: float = opt(1.0, "Weight the classifier keeps from earlier labelled batches per batch (1 = exact streaming posterior).", gt=0, le=1)
+    sup_prior_var: float = opt(_library_default("sup_prior_var"), "Prior variance of the classifier weights.", gt=0)
+    sup_decay: float = opt(_library_default("sup_decay"), "Weight the classifier keeps from earlier labelled batches per batch (1 = exact streaming posterior).", gt=0, le=1)
     prequential_window: int = opt(1000, "Labelled documents over which the prequential accuracy metric is computed.", ge=1)
-    max_local_iters: int = opt(100, "Upper bound on local-step iterations per document.", ge=1)
-    local_tol: float = opt(0.05, "Local step stops when the mean change of theta falls below this.", gt=0)
-    restarts: bool = opt(True, "Local-step restarts: try other initialisations on hard documents and keep the best.")
-    burn_in: int = opt(4, "Alias engine: sweeps over each minibatch before its statistics are collected.", ge=0)
-    sample_sweeps: int = opt(4, "Alias engine: sweeps whose topic counts are averaged into the update.", ge=1)
-    mh_steps: int = opt(2, "Alias engine: Metropolis-Hastings steps of each kind (word, doc) per token and sweep.", ge=1)
+    max_local_iters: int = opt(_library_default("max_iter"), "Upper bound on local-step iterations per document.", ge=1)
+    local_tol: float = opt(_library_default("tol"), "Local step stops when the mean change of theta falls below this.", gt=0)
+    restarts: bool = opt(_library_default("restarts"), "Local-step restarts: try other initialisations on hard documents and keep the best.")
+    burn_in: int = opt(_library_default("burn_in"), "Alias engine: sweeps over each minibatch before its statistics are collected.", ge=0)
+    sample_sweeps: int = opt(_library_default("sample_sweeps"), "Alias engine: sweeps whose topic counts are averaged into the update.", ge=1)
+    mh_steps: int = opt(_library_default("mh_steps"), "Alias engine: Metropolis-Hastings steps of each kind (word, doc) per token and sweep.", ge=1)
     tries: int = opt(0, "Alias engine: candidates per word MH step (multiple-try); 0 = 2 from 256 topics on, else 1.",
                      ge=0, le=64)
     doc_tries: int = opt(0, "Alias engine: candidates per doc MH step (multiple-try); 0 = 1.", ge=0, le=64)

@@ -106,7 +106,7 @@ def model_from_config(m: ModelConfig) -> TopicModel:
     """A fresh TopicModel with the ``[model]`` settings."""
     return TopicModel(
         n_topics=m.n_topics, engine=m.engine, sparsity=m.sparsity, update=m.update,
-        alpha=m.alpha, beta=m.beta, seed=m.seed, delay=m.delay, forgetting_rate=m.forgetting_rate,
+        alpha=m.alpha or "auto", beta=m.beta, seed=m.seed, delay=m.delay, forgetting_rate=m.forgetting_rate,
         rho_min=m.rho_min, corpus_size=m.corpus_size or None, memo_window=m.memo_window,
         max_iter=m.max_local_iters, tol=m.local_tol, restarts=m.restarts, vocab_cap=m.vocab_cap,
         vocab_policy=m.vocab_policy, min_word_len=m.min_word_len, stopwords=m.stopwords,

@@ -22,6 +22,7 @@ from .batch import Batch, build_batch
 from .engines.alias import ALPHA_PROPOSALS, PROPOSALS, AliasEngine, check_tries
 from .engines.lsparse import LSparseEngine
 from .evaluate import heldout_loglik_arrays
+from .hyper import alpha_step
 from .snapshot import read_snapshot, write_snapshot
 from .state import ModelState
 from .supervised.classifier import LOSSES as SUP_LOSSES
@@ -31,7 +32,7 @@ from .supervised.samplers import METHODS as PG_METHODS
 from .summary import LocalResult, Summary
 from .text import Tokenizer, Vocabulary
 from .trends import PrevalenceTracker
-from .updates import MemoizedUpdate, StochasticUpdate
+from .updates import MemoizedUpdate, StochasticUpdate, check_corpus_size
 
 ENGINES = ("lsparse", "alias")
 UPDATES = ("stochastic", "memoized")
@@ -90,12 +91,12 @@ class TopicModel:
     """
 
     def __init__(self, n_topics: int = 100, engine: str = "lsparse", sparsity: int = 8,
-                 update: str = "stochastic", alpha: float = 0.1, beta: float = 0.01, seed: int = 0, *,
+                 update: str = "stochastic", alpha: float | str = "auto", beta: float = 0.01, seed: int = 0, *,
                  delay: float = 10.0, forgetting_rate: float = 0.7, rho_min: float = 0.0,
-                 corpus_size: int | None = None, memo_window: int | None = None,
+                 corpus_size: int | str | None = None, memo_window: int | None = 256,
                  max_iter: int = 100, tol: float = 0.05, active_eps: float = 0.01, restarts: bool = True,
                  restart_trials: int = 2, restart_iters: int = 2,
-                 vocab_cap: int | None = None, vocab_policy: str = "ignore", vocab_decay: float = 0.999,
+                 vocab_cap: int | None = 200000, vocab_policy: str = "ignore", vocab_decay: float = 0.999,
                  min_word_len: int = 2, max_word_len: int = 30, stopwords="english", init: str = "kmeans++",
                  init_smoothing: float = 1.0, burn_in: int = 4, sample_sweeps: int = 4, mh_steps: int = 2,
                  proposal: str = "cycle", table_draws: int | None = None, alpha_proposal: str = "word",
@@ -177,7 +178,8 @@ class TopicModel:
         need(self.update in UPDATES, f"update must be one of {UPDATES} (got {self.update!r})")
         need(isinstance(self.sparsity, (int, np.integer)) and self.sparsity >= 1,
              f"sparsity must be an integer >= 1 (got {self.sparsity!r})")
-        need(self.alpha > 0, f"alpha must be > 0 (got {self.alpha!r})")
+        need(self.alpha == "auto" or (isinstance(self.alpha, (int, float, np.integer, np.floating)) and self.alpha > 0),
+             f"alpha must be > 0 or 'auto' (got {self.alpha!r})")
         need(self.beta > 0, f"beta must be > 0 (got {self.beta!r})")
         need(self.max_iter >= 1, f"max_iter must be >= 1 (got {self.max_iter!r})")
         need(self.tol > 0, f"tol must be > 0 (got {self.tol!r})")
@@ -187,8 +189,7 @@ class TopicModel:
         need(self.delay >= 0, f"delay must be >= 0 (got {self.delay!r})")
         need(0.5 < self.forgetting_rate <= 1.0, f"forgetting_rate must be in (0.5, 1] (got {self.forgetting_rate!r})")
         need(0.0 <= self.rho_min < 1.0, f"rho_min must be in [0, 1) (got {self.rho_min!r})")
-        need(self.corpus_size is None or self.corpus_size >= 1,
-             f"corpus_size must be None or >= 1 (got {self.corpus_size!r})")
+        check_corpus_size(self.corpus_size)  # ValueError with the message
         need(self.memo_window is None or self.memo_window >= 1,
              f"memo_window must be None or >= 1 batches (got {self.memo_window!r})")
         need(self.restart_trials >= 0, f"restart_trials must be >= 0 (got {self.restart_trials!r})")
@@ -244,7 +245,7 @@ class TopicModel:
     def _build(self) -> None:
         self.tokenizer = Tokenizer(self.min_word_len, self.max_word_len, self.stopwords)
         self.vocab = Vocabulary(cap=self.vocab_cap, policy=self.vocab_policy, decay=self.vocab_decay)
-        self.state = ModelState(self.n_topics, self.alpha, self.beta)
+        self.state = ModelState(self.n_topics, self._initial_alpha(), self.beta)
         if self.engine == "alias":
             # Seeds come from self.rng at call time (late binding: load_snapshot replaces self.rng).
             self.local_step = AliasEngine(
@@ -266,6 +267,10 @@ class TopicModel:
         self.last_stats: dict = {}
         self.head = self._new_head()
         self.trends = PrevalenceTracker(self.n_topics)  # per-topic prevalence per learned batch
+
+    def _initial_alpha(self) -> float:
+        """alpha="auto" starts at 1/K (gensim's start) and is learned; a number is kept fixed."""
+        return 1.0 / self.n_topics if self.alpha == "auto" else float(self.alpha)
 
     def _new_head(self) -> SupervisedHead | None:
         if self.supervision is None:
@@ -347,6 +352,10 @@ class TopicModel:
         if learn and batch.n_docs > 0:
             # A sampler's objective is not the variational one the memoized update compares.
             info = self._apply(result.summary, None if self.engine == "alias" else result.objective, batch_key)
+            if self.alpha == "auto":
+                rho = max(self.rho_min, (self.delay + self.state.n_updates + 1) ** -self.forgetting_rate)
+                self.state.alpha = alpha_step(self.state.alpha, pre.doc_topic, rho)
+                info["alpha"] = self.state.alpha
             self.state.docs_seen += batch.n_docs
             self.state.tokens_seen += batch.n_tokens
             self.state.n_updates += 1

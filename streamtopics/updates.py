@@ -1,11 +1,19 @@
 """Global updates: one ``Summary`` in, the shared ``ModelState`` updated (Hughes & Sudderth §3.4).
 
 * ``StochasticUpdate`` (SVI, Hoffman et al.):
-  lambda <- (1 - rho_t) lambda + rho_t (beta + (D/|B|) S_B),  rho_t = max(rho_min, (delay + t)^-kappa).
-  D is an effective corpus size; ``None`` means "documents seen so far, this batch
-  included", which for a
-  finite stream read once grows to the true corpus size.  A positive ``rho_min`` keeps
-  a never-ending stream adapting (forgetting old data geometrically).
+  lambda <- (1 - rho_t) lambda + rho_t (beta + (D_t/|B|) S_B),  rho_t = max(rho_min, (delay + t)^-kappa).
+  D_t is the effective corpus size.  ``corpus_size=None`` (the default) needs no knowledge
+  of the stream (docs/defaults.md derives it):
+
+      D_t = max(n_t, K V_t / Lbar_t)        (with rho_min > 0: n_t capped at the window |B|(2 - rho_min)/rho_min)
+
+  n_t documents seen (this batch included), V_t the vocabulary size, Lbar_t the mean
+  document length so far: the scaled batch puts about one expected count on each of the
+  K V_t topic-word entries, the scale at which VB's digamma neither locks early topics in
+  (far fewer counts than entries) nor drowns the prior (far more); past that, D grows with
+  the data like the exact posterior.  ``corpus_size="seen"`` is D_t = n_t alone; an integer
+  fixes D.  A positive ``rho_min`` keeps a never-ending stream adapting (forgetting old data
+  geometrically).
 
 * ``MemoizedUpdate`` (MVI, Hughes & Sudderth 2013): lambda = beta + sum_b S_b over the
   cached batch summaries.  A revisited batch key has its old summary subtracted and the
@@ -25,6 +33,17 @@ import numpy as np
 from .summary import Summary
 
 
+CORPUS_SIZE_RULES = ("seen",)
+
+
+def check_corpus_size(corpus_size) -> None:
+    """None (the rule of the module docstring), "seen", or a number of documents >= 1."""
+    if corpus_size is None or corpus_size in CORPUS_SIZE_RULES:
+        return
+    if isinstance(corpus_size, bool) or not isinstance(corpus_size, (int, float)) or not corpus_size >= 1:
+        raise ValueError(f"corpus_size must be None, 'seen' or a number of documents >= 1 (got {corpus_size!r})")
+
+
 class StochasticUpdate:
     name = "stochastic"
 
@@ -36,8 +55,7 @@ class StochasticUpdate:
             raise ValueError(f"forgetting_rate (kappa) must be in (0.5, 1] (got {forgetting_rate})")
         if not 0.0 <= rho_min < 1.0:
             raise ValueError(f"rho_min must be in [0, 1) (got {rho_min})")
-        if corpus_size is not None and corpus_size < 1:
-            raise ValueError(f"corpus_size must be >= 1 or None (got {corpus_size})")
+        check_corpus_size(corpus_size)
         self.delay = float(delay)
         self.forgetting_rate = float(forgetting_rate)
         self.rho_min = float(rho_min)
@@ -52,13 +70,25 @@ class StochasticUpdate:
             return {"rho": 0.0}
         t = state.n_updates + 1
         rho = self.rho(t)
-        D = self.corpus_size if self.corpus_size is not None else state.docs_seen + summary.n_docs
+        D = self.effective_corpus_size(state, summary, rho)
         # lambda - beta <- (1-rho)(lambda - beta) + rho (D/|B|) S
         state.decay(1.0 - rho)
         if state.scale <= 0.0:  # rho == 1: everything before is forgotten
             state.clear()
         state.add_summary(summary, rho * D / summary.n_docs / state.scale)
         return {"rho": rho, "corpus_size": D}
+
+    def effective_corpus_size(self, state, summary: Summary, rho: float) -> float:
+        """D_t of the update that is about to learn ``summary`` (see the module docstring)."""
+        if isinstance(self.corpus_size, (int, float)):
+            return float(self.corpus_size)
+        seen = state.docs_seen + summary.n_docs
+        if self.rho_min > 0.0:  # bounded memory: the window the floor step averages over
+            seen = min(seen, summary.n_docs * (2.0 - self.rho_min) / self.rho_min)
+        if self.corpus_size == "seen":
+            return float(seen)
+        mean_len = (state.tokens_seen + summary.n_tokens) / max(state.docs_seen + summary.n_docs, 1)
+        return float(max(seen, state.n_topics * state.n_words / max(mean_len, 1.0)))
 
     def forget_words(self, ids: np.ndarray) -> None:
         pass

@@ -150,7 +150,7 @@ def test_error_names_key_and_allowed_values():
         "config error: model.n_topics must be an integer in 2..100000 (got 2.5)"
     ]
     assert errors_of({"model": {"restarts": "yes"}}) == ['config error: model.restarts must be true or false (got "yes")']
-    assert errors_of({"model": {"alpha": float("inf")}}) == ["config error: model.alpha must be a number > 0 (got inf)"]
+    assert errors_of({"model": {"alpha": float("inf")}}) == ["config error: model.alpha must be a number >= 0 (got inf)"]
     assert errors_of({"kafka": {"sasl_mechanism": "MD5"}})[0].startswith(
         'config error: kafka.sasl_mechanism = "MD5" is not one of: "" (empty), PLAIN, SCRAM-SHA-256'
     )

@@ -91,12 +91,12 @@ def test_stochastic_update_matches_hand_computation(n_updates, rho_min):
     np.testing.assert_allclose(st.topic_word(), (expected / expected.sum(axis=0)).T, rtol=1e-12)
 
 
-def test_stochastic_default_corpus_size_is_batch_on_first_update():
+def test_stochastic_seen_corpus_size_is_batch_on_first_update():
     rng = np.random.default_rng(1)
     st = make_state(rng, scale=1.0)
     lam_old = st.lam().copy()
     s = make_summary(rng, [1, 4], n_docs=7)
-    info = StochasticUpdate(delay=1.0, forgetting_rate=0.6).apply(st, s)
+    info = StochasticUpdate(delay=1.0, forgetting_rate=0.6, corpus_size="seen").apply(st, s)
     assert info["corpus_size"] == 7
     rho = 2.0 ** -0.6
     np.testing.assert_allclose(st.lam(), (1 - rho) * lam_old + rho * (BETA + dense(s)), rtol=1e-12)

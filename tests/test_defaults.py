@@ -1,0 +1,149 @@
+"""Defaults that need no knowledge of the stream, and one source of them (docs/defaults.md)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamtopics import TopicModel
+from streamtopics.config import Config, load_config
+from streamtopics.hyper import alpha_gradient, alpha_step
+from streamtopics.updates import StochasticUpdate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _lda_corpus(rng, K=8, V=400, n_docs=1500, length=60, alpha=0.1, beta=0.05):
+    phi = rng.dirichlet(np.full(V, beta), size=K)
+    words = [f"w{v}" for v in range(V)]
+    docs = []
+    for _ in range(n_docs):
+        theta = rng.dirichlet(np.full(K, alpha))
+        z = rng.choice(K, size=length, p=theta)
+        docs.append([words[rng.choice(V, p=phi[k])] for k in z])
+    return phi, words, docs
+
+
+def _recovery(model: TopicModel, phi: np.ndarray, words: list[str]) -> float:
+    """Mean over generating topics of the best total-variation match among learned topics."""
+    tw = model.topic_word()
+    cols = model.vocab.ids(words)
+    learned = np.zeros((tw.shape[0], len(words)))
+    ok = cols >= 0
+    learned[:, ok] = tw[:, cols[ok]]
+    learned /= learned.sum(axis=1, keepdims=True)
+    tv = 0.5 * np.abs(phi[:, None, :] - learned[None, :, :]).sum(axis=2)
+    return float(np.mean(1.0 - tv.min(axis=1)))
+
+
+def _one_pass(docs, n_topics=8, **kw) -> TopicModel:
+    m = TopicModel(n_topics=n_topics, seed=0, **kw)
+    for lo in range(0, len(docs), 100):
+        m.partial_fit(docs[lo:lo + 100])
+    return m
+
+
+def test_defaults_recover_topics_better_than_a_wrong_corpus_size():
+    """A corpus with fewer tokens than topic-word entries (N Lbar < K V), like 20NG at K=100:
+    the regime where D matters.  "seen" (D = n_t) and a D 200x too large both recover the
+    generating topics worse than the default rule, which is told nothing."""
+    phi, words, docs = _lda_corpus(np.random.default_rng(3), K=20, V=2000, n_docs=1000, length=40)
+    default = _recovery(_one_pass(docs, 20), phi, words)
+    too_small = _recovery(_one_pass(docs, 20, corpus_size="seen"), phi, words)
+    too_large = _recovery(_one_pass(docs, 20, corpus_size=len(docs) * 200), phi, words)
+    assert default > too_small + 0.02, (default, too_small)
+    assert default > too_large + 0.02, (default, too_large)
+
+
+def test_effective_corpus_size_rule():
+    """D_t = max(n_t, K V_t / Lbar_t); capped at the rho_min window; fixed or "seen" on request."""
+    m = TopicModel(n_topics=20, seed=0)
+    docs = [[f"w{i % 50}", f"w{(i * 7) % 50}", f"w{(i * 3) % 50}", "x"] for i in range(40)]
+    m.partial_fit(docs)
+    st = m.last_stats
+    assert st["corpus_size"] == pytest.approx(max(40, 20 * len(m.vocabulary) / 4.0))
+    upd = StochasticUpdate(rho_min=0.1)
+    big = type("S", (), {"docs_seen": 10**6, "tokens_seen": 4e6, "n_topics": 20, "n_words": 51})()
+    summ = type("B", (), {"n_docs": 100, "n_tokens": 400.0})()
+    assert upd.effective_corpus_size(big, summ, 0.1) == pytest.approx(100 * 1.9 / 0.1)
+    assert StochasticUpdate(corpus_size="seen").effective_corpus_size(big, summ, 0.5) == 10**6 + 100
+    assert StochasticUpdate(corpus_size=1234).effective_corpus_size(big, summ, 0.5) == 1234
+    with pytest.raises(ValueError, match="corpus_size"):
+        TopicModel(corpus_size=0)
+    with pytest.raises(ValueError, match="corpus_size"):
+        TopicModel(corpus_size="all")
+
+
+def test_alpha_newton_step_finds_the_generating_concentration():
+    """Documents drawn with a known symmetric alpha: the online Newton steps converge to it."""
+    rng = np.random.default_rng(0)
+    K, true_alpha = 10, 0.3
+    alpha = 1.0 / K
+    for t in range(200):
+        theta = rng.dirichlet(np.full(K, true_alpha), size=200)
+        counts = np.array([rng.multinomial(500, p) for p in theta], dtype=np.float64)
+        alpha = alpha_step(alpha, counts, rho=(10 + t) ** -0.7)
+    assert alpha == pytest.approx(true_alpha, rel=0.15)
+    g, h = alpha_gradient(counts, 0.3)
+    assert h < 0
+
+
+def test_alpha_auto_is_learned_and_saved(tmp_path):
+    phi, words, docs = _lda_corpus(np.random.default_rng(5), n_docs=400)
+    m = _one_pass(docs)
+    assert m.alpha == "auto" and m.state.alpha != pytest.approx(1.0 / 8)
+    m.save(tmp_path / "m.stsnap")
+    from streamtopics import load_snapshot
+
+    m2 = load_snapshot(tmp_path / "m.stsnap")
+    assert m2.state.alpha == m.state.alpha and m2.alpha == "auto"
+
+
+def test_library_config_and_daemon_defaults_are_one():
+    """The daemon's model from the packaged config equals TopicModel() with its defaults."""
+    from streamtopics.cli import DEFAULT_CONFIG
+    from streamtopics.daemon import model_from_config
+
+    assert DEFAULT_CONFIG.is_file() and DEFAULT_CONFIG.parent.name == "data"
+    assert (ROOT / "config" / "streamtopics.toml").resolve() == DEFAULT_CONFIG.resolve()
+    cfg = load_config(DEFAULT_CONFIG, env={})
+    assert cfg == Config()
+    from_config = model_from_config(cfg.model).get_params()
+    library = TopicModel().get_params()
+    assert from_config == library, {k: (from_config[k], library[k]) for k in library if from_config[k] != library[k]}
+
+
+@pytest.mark.skipif(os.environ.get("STREAMTOPICS_SKIP_WHEEL_TEST") == "1", reason="STREAMTOPICS_SKIP_WHEEL_TEST=1")
+def test_installed_wheel_uses_the_packaged_config(tmp_path):
+    """Built as a wheel and installed elsewhere, the commands read the config inside the package."""
+    wheels = tmp_path / "wheels"
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(ROOT)],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0 and "No matching distribution" in r.stderr:
+        pytest.skip("no package index reachable to build the wheel: " + r.stderr[-200:])
+    assert r.returncode == 0, r.stderr
+    (wheel,) = wheels.glob("streamtopics-*.whl")
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTOPICS_")}
+    env["PYTHONPATH"] = str(target)
+    probe = ("import streamtopics.cli as c, tomllib; p = c.DEFAULT_CONFIG; print(p); "
+             "print(tomllib.loads(p.read_text())['model']['corpus_size'])")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=outside, env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    assert Path(out[0]).is_relative_to(target) and out[1] == "0"
+    shown = subprocess.run([sys.executable, "-m", "streamtopics.cli", "check-config"], cwd=outside, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert str(target) in shown.stdout
+    packaged = tomllib.loads((target / "streamtopics" / "data" / "streamtopics.toml").read_text())
+    assert f"corpus_size = {packaged['model']['corpus_size']}" in shown.stdout
+    assert f"n_topics = {packaged['model']['n_topics']}" in shown.stdout
