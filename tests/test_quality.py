@@ -84,7 +84,7 @@ def _reference_corpus():
 
 
 def test_npmi_agrees_with_gensim_c_npmi():
-    gensim = pytest.importorskip("gensim", reason="gensim is a bench peer, not a test dependency")
+    gensim = pytest.importorskip("gensim", reason="gensim (test extra) is not installed")
     from gensim.corpora import Dictionary
     from gensim.models.coherencemodel import CoherenceModel
 
