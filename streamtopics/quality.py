@@ -198,12 +198,39 @@ def _unique_small(a: np.ndarray) -> np.ndarray:
 
 def _postings(doc_ptr: np.ndarray, word_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A batch as (word, doc) pairs sorted by word then document, each pair once."""
-    D = doc_ptr.size - 1
-    doc = np.repeat(np.arange(D, dtype=np.int64), np.diff(doc_ptr))
-    key = np.sort(word_ids.astype(np.int64) * max(D, 1) + doc)
-    if key.size > 1:
-        key = key[np.r_[True, key[1:] != key[:-1]]]                # each (word, doc) once
-    return key // max(D, 1), key % max(D, 1)
+    if word_ids.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return _postings_nb(doc_ptr, word_ids, int(word_ids.max()) + 1)
+
+
+@njit(cache=True, nogil=True)
+def _postings_nb(doc_ptr, word_ids, V):
+    # counting sort by word id, documents visited in order (so ascending within a word)
+    start = np.zeros(V + 1, dtype=np.int64)
+    for p in range(word_ids.shape[0]):
+        start[word_ids[p] + 1] += 1
+    for v in range(V):
+        start[v + 1] += start[v]
+    fill = start[:-1].copy()
+    ws = np.empty(word_ids.shape[0], dtype=np.int64)
+    ds = np.empty(word_ids.shape[0], dtype=np.int64)
+    for d in range(doc_ptr.shape[0] - 1):
+        for p in range(doc_ptr[d], doc_ptr[d + 1]):
+            w = word_ids[p]
+            f = fill[w]
+            if f > start[w] and ds[f - 1] == d:   # a word repeated in a document counts once
+                continue
+            ws[f] = w
+            ds[f] = d
+            fill[w] = f + 1
+    # compact away the slots left by repeats
+    n = 0
+    for v in range(V):
+        for f in range(start[v], fill[v]):
+            ws[n] = ws[f]
+            ds[n] = ds[f]
+            n += 1
+    return ws[:n].copy(), ds[:n].copy()
 
 
 @njit(cache=True, nogil=True)

@@ -2,6 +2,8 @@
 and the page as headless Chromium renders it (skipped where Debian's chromium is absent).
 
 One daemon (K=10, 400 Reuters R8 documents in batches of 50, events on) serves every test here.
+STREAMTOPICS_EXPLORER_CORPUS=20ng (with STREAMTOPICS_EXPLORER_DOCS, STREAMTOPICS_EXPLORER_TOPICS)
+feeds it the 20 Newsgroups train split instead (for the screenshot in bench/results/).
 """
 from __future__ import annotations
 
@@ -31,7 +33,10 @@ from streamtopics.quality import top_word_ids
 from streamtopics.stream.broker import create_topics
 
 ROOT = Path(__file__).resolve().parents[1]
-K, BATCH, N_DOCS = 10, 50, 400
+_20NG = os.environ.get("STREAMTOPICS_EXPLORER_CORPUS") == "20ng"
+K = int(os.environ.get("STREAMTOPICS_EXPLORER_TOPICS", 20 if _20NG else 10))
+BATCH = 256 if _20NG else 50
+N_DOCS = int(os.environ.get("STREAMTOPICS_EXPLORER_DOCS", 2560 if _20NG else 400))
 
 
 def _get(url: str, method: str = "GET") -> tuple[int, str, bytes]:
@@ -60,7 +65,12 @@ def served(broker, tmp_path_factory):
     tag = uuid.uuid4().hex[:10]
     topics = {"input": f"in-{tag}", "output": f"out-{tag}", "dead_letter": f"dlq-{tag}", "events": f"ev-{tag}"}
     create_topics(broker.bootstrap, {t: 1 for t in topics.values()})
-    docs = load_reuters_r8("train")[:N_DOCS]
+    if _20NG:
+        from streamtopics.corpora import load_20newsgroups
+
+        docs = load_20newsgroups("train")[:N_DOCS]
+    else:
+        docs = load_reuters_r8("train")[:N_DOCS]
     p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=5, enable_idempotence=False)
     for d in docs:
         p.send(topics["input"], msgpack.packb({"id": d.id, "text": d.text}))
@@ -69,10 +79,10 @@ def served(broker, tmp_path_factory):
     cfg = Config.from_dict({
         "kafka": {"bootstrap_servers": broker.bootstrap, "group_id": f"g-{tag}", "session_timeout_ms": 2000,
                   "heartbeat_interval_ms": 500, "create_topics": False},
-        "topics": topics, "model": {"n_topics": K, "seed": 3},
+        "topics": topics, "model": {"n_topics": K, "seed": 3, "min_word_len": 3},
         "batch": {"max_docs": BATCH, "max_wait_ms": 1000},
         "snapshot": {"dir": str(tmp_path_factory.mktemp("snaps")), "every_batches": 0, "every_seconds": 0},
-        "metrics": {"port": 0, "quality_window_docs": 200, "events_prevalence_change": 0.3},
+        "metrics": {"port": 0, "quality_window_docs": 1000 if _20NG else 200, "events_prevalence_change": 0.3},
     }, env={})
     d = Daemon(cfg)
     t = threading.Thread(target=d.run, name="daemon-explorer", daemon=True)
@@ -104,7 +114,7 @@ def test_json_views_metrics_and_events(served):
         assert len(t["prevalence_series"]) == N_DOCS // BATCH
     assert sum(t["prevalence"] for t in view["topics"]) == pytest.approx(1.0, abs=1e-3)
     examples = [e for t in view["topics"] for e in t["examples"]]
-    assert examples and all(e["id"].startswith("r8-train/") and e["text"] for e in examples)
+    assert examples and all(e["id"].startswith("train/" if _20NG else "r8-train/") and e["text"] for e in examples)
     status, _, one = _get(url + "/v1/topics/3")
     assert status == 200 and json.loads(one)["top_words"] == view["topics"][3]["top_words"]
     assert _get(url + f"/v1/topics/{K}")[0] == 404
@@ -116,7 +126,7 @@ def test_json_views_metrics_and_events(served):
 
     metrics = _get(url + "/metrics")[2].decode()
     assert 'streamtopics_topic_coherence_npmi{topic="9"}' in metrics
-    assert "streamtopics_topic_monitor_duration_seconds_count 8.0" in metrics
+    assert f"streamtopics_topic_monitor_duration_seconds_count {N_DOCS // BATCH}.0" in metrics
     assert 'streamtopics_trending_topic{direction="rising",rank="1"}' in metrics
 
     # topic change events on the optional events topic
@@ -195,7 +205,7 @@ def test_browser_shows_one_card_per_topic_with_the_api_top_words(served, tmp_pat
     for t in view["topics"]:
         assert parser.cards[t["topic"]] == t["top_words"]
     # a screenshot for people (bench/results is not committed)
-    shot = ROOT / "bench" / "results" / "explorer.png"
+    shot = ROOT / "bench" / "results" / ("explorer-20ng.png" if _20NG else "explorer.png")
     shot.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(_chromium_cmd(exe, tmp_path / "profile2") + [
         "--hide-scrollbars", "--window-size=1400,1000", f"--screenshot={shot}", url + "/topics"],
