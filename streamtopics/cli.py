@@ -3,7 +3,8 @@
     streamtopics run --config FILE            the daemon (SIGTERM/SIGINT: graceful stop, exit 0)
     streamtopics demo [--docs N] [--topics K] embedded broker + real corpus + daemon, live progress
     streamtopics produce --bootstrap B --topic T (FILE.jsonl | FILE.txt | --corpus 20ng|r8) [--limit N]
-    streamtopics inspect SNAPSHOT [--top N]   model facts and top words per topic
+    streamtopics inspect SNAPSHOT [--top N]   model facts, top words, prevalence and coherence per topic
+    streamtopics export SNAPSHOT --format pyldavis|json|csv [-o FILE]   topics for other tools
     streamtopics check-config [FILE]          validate; print the effective configuration (secrets masked;
                                               no FILE: the packaged defaults)
 
@@ -158,6 +159,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     top = max(1, int(args.top))
     topics = [model.top_words(k, top) for k in range(model.n_topics)]
     extra = (info.get("extra") or {}).get("daemon") or {}
+    from .export import snapshot_quality, topics_json
+
+    tj = topics_json(model, 10)
+    quality = snapshot_quality(model)
+    prevalence = [t["prevalence"] for t in tj["topics"]]
+    npmi = [t["npmi"] for t in tj["topics"]]
     facts = {
         "path": str(Path(args.snapshot).resolve()),
         "created": _iso(info.get("created")),
@@ -170,10 +177,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "update": model.update,
         "params": model.get_params(),
         "offsets": dict(info.get("offsets") or {}),
-        "daemon": extra,
+        "daemon": {k: v for k, v in extra.items() if k != "quality"},
+        "diversity_top25": tj["diversity_top25"],
+        "quality": quality,
+        "rising": model.trends.rising(5),
+        "fading": model.trends.fading(5),
     }
     if args.json:
-        print(json.dumps({**facts, "top_words": topics}, indent=2, default=str))
+        print(json.dumps({**facts, "top_words": topics, "prevalence": prevalence, "npmi": npmi},
+                         indent=2, default=str))
         return EXIT_OK
     p = facts["params"]
     print(f"snapshot    {facts['path']}")
@@ -187,10 +199,45 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if extra:
         print(f"daemon      instance {extra.get('instance', '?')}, group {extra.get('group_id', '?')}, "
               f"{extra.get('batches', '?')} batches in its last run")
-    print(f"\ntop {top} words per topic:")
+    mean = quality.get("mean_npmi")
+    print(f"quality     diversity {tj['diversity_top25']:.3f} (unique share of the top-25 words); mean NPMI "
+          + (f"{mean:.3f} over the daemon's last {quality.get('window_documents', '?')} documents"
+             if mean is not None else "not measured (no daemon quality in this snapshot)"))
+
+    def trend(items):
+        return ", ".join(f"{k} ({100 * c:+.2f}%)" for k, c in items) or "none"
+
+    print(f"trends      rising {trend(facts['rising'])}; fading {trend(facts['fading'])}")
+    print(f"\ntop {top} words per topic (prevalence = smoothed share of recent token mass, NPMI of the top 10):")
     width = len(str(model.n_topics - 1))
     for k, words in enumerate(topics):
-        print(f"  {k:>{width}}  {' '.join(words)}")
+        pv = f"{100 * prevalence[k]:5.1f}%" if prevalence[k] is not None else "    - "
+        nm = f"{npmi[k]:+.3f}" if npmi[k] is not None else "   -  "
+        print(f"  {k:>{width}}  {pv}  {nm}  {' '.join(words)}")
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import pyldavis_data, topics_csv, topics_json
+    from .model import load_snapshot
+    from .snapshot import SnapshotError
+
+    try:
+        model = load_snapshot(args.snapshot)
+    except (SnapshotError, ValueError, KeyError) as exc:
+        _err(f"error: cannot load {args.snapshot}: {exc}")
+        return EXIT_USAGE
+    if args.format == "pyldavis":
+        text = json.dumps(pyldavis_data(model, max_terms=args.max_terms or None))
+    elif args.format == "json":
+        text = json.dumps(topics_json(model, args.top), indent=2, default=str)
+    else:
+        text = topics_csv(model, args.top)
+    if args.output in (None, "-"):
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output} ({args.format}, {model.n_topics} topics)", file=sys.stderr)
     return EXIT_OK
 
 
@@ -379,7 +426,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         thread = threading.Thread(target=daemon.run, name="streamtopics-daemon", daemon=True)
         thread.start()
         daemon.wait_started(timeout=120)
-        print(f"metrics     {daemon.metrics_url}/metrics\n", flush=True)
+        print(f"metrics     {daemon.metrics_url}/metrics", flush=True)
+        if daemon.explorer is not None:
+            print(f"explorer    {daemon.metrics_url}/topics  (topics, trends, coherence; JSON at /v1/topics)",
+                  flush=True)
+        print(flush=True)
         t_run = time.perf_counter()
         t_first = None
         rotate = 0
@@ -424,6 +475,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
             if done >= n:
                 break
         t_done = time.perf_counter()
+        if daemon.explorer is not None and thread.is_alive() and sys.stdin.isatty():
+            # a person at a terminal: keep the explorer up to look at (scripts and CI end now)
+            print(f"\nstream done; the explorer stays up at {daemon.metrics_url}/topics  "
+                  + s.dim("(Ctrl-C to stop)"), flush=True)
+            try:
+                while thread.is_alive():
+                    time.sleep(0.2)
+            except KeyboardInterrupt:
+                print(flush=True)
         daemon.stop()
         thread.join(timeout=120)
         st = daemon.status()
@@ -560,6 +620,19 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--top", type=int, default=10, metavar="N", help="words per topic (default 10)")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.set_defaults(func=cmd_inspect)
+
+    e = sub.add_parser("export", help="topics of a snapshot for other tools",
+                       description="pyldavis: the arrays pyLDAvis.prepare takes (topic_term_dists, "
+                                   "doc_topic_dists, doc_lengths, vocab, term_frequency) as JSON; the document "
+                                   "side is pseudo-documents from the prevalence series (README). json: topics, "
+                                   "top words, weights, prevalence, coherence. csv: one row per (topic, word).")
+    e.add_argument("snapshot", metavar="SNAPSHOT")
+    e.add_argument("--format", choices=("pyldavis", "json", "csv"), required=True)
+    e.add_argument("-o", "--output", default=None, metavar="FILE", help="output file (default stdout)")
+    e.add_argument("--top", type=int, default=10, metavar="N", help="json/csv: words per topic (default 10)")
+    e.add_argument("--max-terms", type=int, default=5000, metavar="N",
+                   help="pyldavis: keep the N most frequent terms (0 = all; default 5000)")
+    e.set_defaults(func=cmd_export)
 
     c = sub.add_parser("check-config", help="validate a configuration file",
                        description="Validate FILE (plus STREAMTOPICS_* environment overrides) and print the "

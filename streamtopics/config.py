@@ -210,6 +210,8 @@ class TopicsConfig:
     output: str = opt("predictions", "Topic the per-document predictions are written to.", nonempty=True)
     dead_letter: str = opt("dead-letters", "Topic for messages that could not be processed.", nonempty=True)
     snapshots: str = opt("", "Topic announcing each written snapshot (path and offsets); empty = do not announce.")
+    events: str = opt("", "Topic receiving a record when a topic's prevalence or top words change beyond the "
+                          "metrics.events_* thresholds; empty = no events.")
 
 
 def _library_default(name: str, none_as: Any = None) -> Any:
@@ -289,6 +291,10 @@ class MetricsConfig:
     host: str = opt("127.0.0.1", "Address of the Prometheus /metrics and health endpoints.", nonempty=True)
     port: int = opt(9464, "Port of the metrics endpoint; 0 = any free port.", ge=0, le=65535)
     prequential_window: int = opt(1000, "Documents in the sliding window of prequential (test-then-train) metrics.", ge=1)
+    explorer: bool = opt(True, "Serve the topic explorer (/topics, /v1/topics) and measure topic quality and trends per batch.")
+    quality_window_docs: int = opt(5000, "Documents of the stream (whole batches) over which topic coherence (NPMI) is measured.", ge=1)
+    events_prevalence_change: float = opt(0.5, "Relative change of a topic's smoothed prevalence since its last event that fires one.", gt=0)
+    events_words_changed: int = opt(3, "Top-10 words replaced since a topic's last event that fire one; 0 = never for words.", ge=0, le=10)
 
 
 @dataclass(frozen=True)
@@ -617,7 +623,8 @@ def _cross_checks(cfg: Config) -> list[str]:
     errs.extend(_check_extra_kafka_keys(k))
 
     t = cfg.topics
-    names = {"input": t.input, "output": t.output, "dead_letter": t.dead_letter, "snapshots": t.snapshots}
+    names = {"input": t.input, "output": t.output, "dead_letter": t.dead_letter, "snapshots": t.snapshots,
+             "events": t.events}
     for key, name in names.items():
         if name and (not _TOPIC_RE.match(name) or name in (".", "..")):
             errs.append(

@@ -57,6 +57,7 @@ from kafka import TopicPartition
 from . import __version__
 from .config import Config, ConfigError, ModelConfig
 from .engines.alias import default_tries
+from .explore import TopicExplorer
 from .metrics import PROPOSALS, Metrics, MetricsServer
 from .model import TopicModel
 from .service.checkpoint import CommitGate, DirectoryLock, Lineage, LockHeld, SnapshotStore
@@ -168,6 +169,8 @@ def ensure_topics(cfg: Config, timeout_s: float = 15.0, created: list[str] | Non
     wanted = {t.input: k.input_partitions, t.output: k.input_partitions, t.dead_letter: 1}
     if t.snapshots:
         wanted[t.snapshots] = 1
+    if t.events:
+        wanted[t.events] = 1
     if not _reachable(k.bootstrap_servers):
         # A KafkaAdminClient that cannot bootstrap leaves its IO thread behind.
         raise ConnectionError(f"no broker reachable at {k.bootstrap_servers}")
@@ -299,6 +302,10 @@ class Daemon:
         self._prequential_curve: deque[tuple[int, float]] = deque(maxlen=2000)
         self.stale_after_s = max(10.0, 5 * cfg.batch.max_wait_ms / 1000.0)
         self._poll_tick_s = min(0.5, max(0.05, cfg.batch.max_wait_ms / 1000.0))
+        # topic quality, trends and the /topics explorer: updated on this thread per batch,
+        # read by the HTTP thread only through the immutable view it publishes
+        self.explorer = TopicExplorer.from_config(cfg) if cfg.metrics.explorer else None
+        self._last_batch = None
 
     @property
     def offsets(self) -> dict[str, int]:
@@ -416,7 +423,8 @@ class Daemon:
         self.metrics.set_ready(False)
         if self.serve_metrics:
             self.server = MetricsServer(self.metrics, cfg.metrics.host, cfg.metrics.port,
-                                        health=self.health, ready=self.readiness)
+                                        health=self.health, ready=self.readiness,
+                                        routes=self.explorer.route if self.explorer is not None else None)
         log.info("streamtopics daemon starting", extra={
             "version": __version__, "instance": self.instance, "config": cfg.to_dict(),
             "metrics_url": self.metrics_url})
@@ -874,6 +882,8 @@ class Daemon:
                       "this batch will be read and learned again after restart",
                       extra={"partition": rb.partition, "first_offset": rb.first_offset})
         faults.hit("submitted")
+        if self.explorer is not None and theta is not None:
+            self._observe_topics(model, ids, [texts[i] for i in keep], theta)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("batch learned", extra={
                 "partition": rb.partition, "first_offset": rb.first_offset, "next_offset": rb.next_offset,
@@ -909,7 +919,7 @@ class Daemon:
             return keep, empty, None, 0, None
         t0 = time.perf_counter()
         self._prepare_mark = model.prepare_mark()  # restore point should the step fail
-        batch = model.prepare([t for t in tokens if t], grow=True)
+        batch = self._last_batch = model.prepare([t for t in tokens if t], grow=True)
         stages["decode"] += time.perf_counter() - t0
         faults.hit("prepared")
         self._gil_free.set()
@@ -927,6 +937,24 @@ class Daemon:
         scores, predicted = getattr(res, "scores", None), getattr(res, "predicted", None)
         sup = None if predicted is None else (scores, predicted)
         return keep, empty, theta, int(batch.n_tokens), sup
+
+    def _observe_topics(self, model: TopicModel, ids: list, texts: list, theta: np.ndarray) -> None:
+        """Topic quality, trends and the explorer's view after a learned batch (never fatal)."""
+        try:
+            obs = self.explorer.observe(model, self._last_batch, theta, ids, texts, status={
+                "docs_per_s": self._docs_rate, "prequential_accuracy": self._prequential_accuracy,
+                "prequential_curve": list(self._prequential_curve)[-300:]})
+        except Exception:  # noqa: BLE001 - a view is not worth a batch
+            log.exception("topic explorer update failed")
+            return
+        if obs is None:
+            return
+        self.metrics.observe_topics(obs.quality.npmi, obs.quality.diversity, obs.quality.window_docs,
+                                    obs.prevalence, obs.rising, obs.fading, obs.seconds)
+        if obs.events and self.cfg.topics.events and self.pipeline is not None:
+            self.metrics.topic_events.inc(len(obs.events))
+            self.pipeline.submit(PublishJob([OutMessage(self.cfg.topics.events, msgpack.packb(ev, use_bin_type=True),
+                                                        key=str(ev["topic"]).encode()) for ev in obs.events]))
 
     def _model_failure(self, model: TopicModel, texts: list, batch_key: str, stages: dict[str, float],
                        exc: BaseException, version: int, docs: list[Document], srcs: list,
@@ -1278,6 +1306,8 @@ class Daemon:
             "group_id": self.cfg.kafka.group_id, "input": self.cfg.topics.input,
             "batches": self.counts["batches"], "documents": self.counts["documents"],
             "dead_letters": self.counts["dead_letters"]}}
+        if self.explorer is not None and self.explorer.summary() is not None:
+            extra["daemon"]["quality"] = self.explorer.summary()
         try:
             faults.hit("snapshot_begin")
             path, nbytes = self.store.write(self.model, offsets, extra)

@@ -47,6 +47,15 @@ streamtopics_kafka_client_recreations_total    counter    client (consumer, prod
 streamtopics_topic_creations_total             counter
 streamtopics_snapshot_consecutive_failures     gauge
 streamtopics_build_info                        info       version, engine, update
+streamtopics_topic_coherence_npmi              gauge      topic (0..K-1, set per batch)
+streamtopics_topic_coherence_npmi_mean         gauge
+streamtopics_topic_diversity                   gauge
+streamtopics_topic_quality_window_documents    gauge
+streamtopics_topic_prevalence                  gauge      topic (0..K-1)
+streamtopics_trending_topic                    gauge      direction (TREND_DIRECTIONS), rank (1..TREND_RANKS)
+streamtopics_trending_topic_change             gauge      direction, rank
+streamtopics_topic_monitor_duration_seconds    histogram
+streamtopics_topic_events_total                counter
 =============================================  =========  =====================
 """
 
@@ -88,9 +97,13 @@ __all__ = [
     "STAGES",
     "PROPOSALS",
     "SNAPSHOT_FAILURE_REASONS",
+    "TREND_DIRECTIONS",
+    "TREND_RANKS",
     "snapshot_failure_reason",
 ]
 
+TREND_DIRECTIONS = ("rising", "fading")
+TREND_RANKS = 5
 STAGES = ("decode", "predict", "publish", "learn", "commit", "total")
 PROPOSALS = ("word", "doc", "exp")
 SNAPSHOT_FAILURE_REASONS = ("disk_full", "permission", "io_error", "other")
@@ -104,6 +117,7 @@ _E2E_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
                 60.0, 300.0, 1800.0)
 _ITER_BUCKETS = (1, 2, 3, 5, 8, 10, 15, 20, 30, 50, 100, 200)
 _SNAPSHOT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+_MONITOR_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 class Metrics:
@@ -265,6 +279,61 @@ class Metrics:
             self.mh_acceptance_ratio.labels(proposal=proposal).set(math.nan)
         self._ready_flag = False
 
+        # Topics (the explorer's monitor: streamtopics.quality / streamtopics.trends).
+        self.topic_npmi = Gauge(
+            "streamtopics_topic_coherence_npmi",
+            "NPMI coherence of each topic's top-10 words over the sliding window of the stream "
+            "(boolean documents; docs/topic-quality.md).", ["topic"], registry=r)
+        self.topic_npmi_mean = Gauge("streamtopics_topic_coherence_npmi_mean",
+                                     "Mean NPMI coherence of the topics' top-10 words.", registry=r)
+        self.topic_diversity = Gauge("streamtopics_topic_diversity",
+                                     "Unique share of all topics' top-25 words.", registry=r)
+        self.topic_quality_window = Gauge(
+            "streamtopics_topic_quality_window_documents",
+            "Documents in the sliding window the coherence is measured on.", registry=r)
+        self.topic_prevalence = Gauge(
+            "streamtopics_topic_prevalence",
+            "Smoothed share of the token mass per topic.", ["topic"], registry=r)
+        self.trending_topic = Gauge(
+            "streamtopics_trending_topic",
+            "Topic id of the rank-th most rising / fading topic (NaN: none).",
+            ["direction", "rank"], registry=r)
+        self.trending_topic_change = Gauge(
+            "streamtopics_trending_topic_change",
+            "Recent prevalence change of the rank-th most rising / fading topic.",
+            ["direction", "rank"], registry=r)
+        self.topic_monitor_duration = Histogram(
+            "streamtopics_topic_monitor_duration_seconds",
+            "Time per batch spent updating topic quality, trends and the explorer view.",
+            buckets=_MONITOR_BUCKETS, registry=r)
+        self.topic_events = Counter("streamtopics_topic_events_total",
+                                    "Topic change events published.", registry=r)
+        for g in (self.topic_npmi_mean, self.topic_diversity):
+            g.set(math.nan)
+        for direction in TREND_DIRECTIONS:
+            for rank in range(1, TREND_RANKS + 1):
+                self.trending_topic.labels(direction=direction, rank=str(rank)).set(math.nan)
+                self.trending_topic_change.labels(direction=direction, rank=str(rank)).set(math.nan)
+
+    def observe_topics(self, npmi, diversity: float, window_documents: int, prevalence,
+                       rising: list, fading: list, seconds: float | None = None) -> None:
+        """Per-batch topic quality and trends (``rising``/``fading``: [(topic, change)])."""
+        for k, v in enumerate(npmi):
+            self.topic_npmi.labels(topic=str(k)).set(float(v))
+        finite = [float(v) for v in npmi if math.isfinite(v)]
+        self.topic_npmi_mean.set(sum(finite) / len(finite) if finite else math.nan)
+        self.topic_diversity.set(diversity)
+        self.topic_quality_window.set(window_documents)
+        for k, v in enumerate(prevalence):
+            self.topic_prevalence.labels(topic=str(k)).set(float(v))
+        for direction, items in (("rising", rising), ("fading", fading)):
+            for rank in range(1, TREND_RANKS + 1):
+                k, ch = items[rank - 1] if rank <= len(items) else (math.nan, math.nan)
+                self.trending_topic.labels(direction=direction, rank=str(rank)).set(k)
+                self.trending_topic_change.labels(direction=direction, rank=str(rank)).set(ch)
+        if seconds is not None:
+            self.topic_monitor_duration.observe(seconds)
+
     # -- helpers with validation -----------------------------------------
 
     def observe_stage(self, stage: str, seconds: float) -> None:
@@ -390,9 +459,20 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_kafka_client_recreations_total": "counter",
     "streamtopics_topic_creations_total": "counter",
     "streamtopics_snapshot_consecutive_failures": "gauge",
+    "streamtopics_topic_coherence_npmi": "gauge",
+    "streamtopics_topic_coherence_npmi_mean": "gauge",
+    "streamtopics_topic_diversity": "gauge",
+    "streamtopics_topic_quality_window_documents": "gauge",
+    "streamtopics_topic_prevalence": "gauge",
+    "streamtopics_trending_topic": "gauge",
+    "streamtopics_trending_topic_change": "gauge",
+    "streamtopics_topic_monitor_duration_seconds": "histogram",
+    "streamtopics_topic_events_total": "counter",
 }
 
 HealthCallback = Callable[[], tuple[bool, dict]]
+# Extra read-only GET routes: path -> (status, body, content type), or None when not handled.
+RouteCallback = Callable[[str], "tuple[int, bytes, str] | None"]
 
 
 class _Server(ThreadingHTTPServer):
@@ -417,8 +497,10 @@ class MetricsServer:
         port: int = 0,
         health: HealthCallback | None = None,
         ready: HealthCallback | None = None,
+        routes: RouteCallback | None = None,
     ) -> None:
         self.metrics = metrics
+        self._routes = routes
         self._health = health or (lambda: (True, {}))
         self._ready = ready or (lambda: (metrics.is_ready, {}))
         handler = _make_handler(self)
@@ -475,8 +557,17 @@ def _make_handler(owner: MetricsServer) -> type[BaseHTTPRequestHandler]:
                 self._probe(owner._health)
             elif path == "/readyz":
                 self._probe(owner._ready)
+            elif owner._routes is not None and (answer := self._route(path)) is not None:
+                self._send(*answer)
             else:
                 self._send(404, b"not found\n", "text/plain; charset=utf-8")
+
+        def _route(self, path: str):
+            try:
+                return owner._routes(path)
+            except Exception:
+                log.exception("route %s failed", path)
+                return 500, b"internal error\n", "text/plain; charset=utf-8"
 
         def _probe(self, callback: HealthCallback) -> None:
             try:

@@ -32,6 +32,7 @@ from .supervised.classifier import _is_missing as _label_missing
 from .supervised.classifier import PG_CHOICES as PG_METHODS
 from .summary import LocalResult, Summary
 from .text import SEGMENTATIONS, Tokenizer, Vocabulary
+from .trends import PrevalenceTracker
 from .updates import MemoizedUpdate, StochasticUpdate, check_corpus_size
 
 ENGINES = ("lsparse", "alias")
@@ -283,6 +284,7 @@ class TopicModel:
         self._auto_key = 0
         self.last_stats: dict = {}
         self.head = self._new_head()
+        self.trends = PrevalenceTracker(self.n_topics)  # per-topic prevalence per learned batch
 
     def _initial_alpha(self) -> float:
         """alpha="auto" starts at 1/K (gensim's start) and is learned; a number is kept fixed."""
@@ -405,6 +407,7 @@ class TopicModel:
             self.state.tokens_seen += batch.n_tokens
             self.state.n_updates += 1
             self.state.version += 1
+            self.trends.observe(pre.doc_topic.sum(axis=0), self.state.version)
         t2 = time.perf_counter()
         if sup_step:
             feats = pre.doc_topic if self.sup_features == "unsupervised" else result.doc_topic
@@ -764,6 +767,8 @@ class TopicModel:
         }
         arrays = dict(self.state.arrays())
         arrays["vocab_counts"] = self.vocab.counts
+        header["trends"], trend_arrays = self.trends.state()
+        arrays.update(trend_arrays)
         if self.head is not None:
             h_header, h_arrays = self.head.state()
             header["supervised"] = h_header
@@ -793,6 +798,8 @@ class TopicModel:
             raise ValueError(f"vocabulary has {len(model.vocab)} words but the state has {model.state.n_words}")
         model.rng = _decode_rng(header["rng"])
         model._auto_key = int(header.get("auto_key", 0))
+        if "trends" in header:  # snapshots before trends were kept start a new series
+            model.trends = PrevalenceTracker.restore(header["trends"], arrays)
         if "supervised" in header:
             if model.head is None:
                 raise ValueError("snapshot holds a supervised head but its params have supervision=None")

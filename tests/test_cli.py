@@ -91,7 +91,9 @@ def test_inspect_shows_model_facts_and_top_words(tmp_path, capsys):
     assert "documents:0 -> 200" in out
     rows = re.findall(r"^\s+(\d)\s+(.+)$", out, re.M)
     assert [int(k) for k, _ in rows] == list(range(6))
-    assert [w.split() for _, w in rows] == [m.top_words(k, 4) for k in range(6)]
+    # each row: topic, prevalence, NPMI ("-": not measured in this snapshot), top words
+    assert all(w.split()[0].endswith("%") and w.split()[1] == "-" for _, w in rows)
+    assert [w.split()[2:] for _, w in rows] == [m.top_words(k, 4) for k in range(6)]
 
     assert main(["inspect", str(path), "--json"]) == 0
     facts = json.loads(capsys.readouterr().out)

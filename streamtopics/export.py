@@ -1,0 +1,103 @@
+"""Exports of a model (usually a loaded snapshot) to the formats people use.
+
+``pyldavis_data``: the five arrays ``pyLDAvis.prepare`` takes.  A snapshot holds no documents,
+so the document side is made of **pseudo-documents**: one per point of the model's prevalence
+series (the smoothed share of token mass per topic after each of the last <= 256 learned
+batches; ``streamtopics.trends``), each given an equal share of the tokens the model has seen.
+pyLDAvis only uses doc_topic_dists and doc_lengths through ``doc_lengths @ doc_topic_dists``
+(the topic sizes), so topic sizes are the mean recent prevalence x tokens seen.  A model
+without a series (nothing learned since trends were kept) gets one pseudo-document with the
+topics' shares of the learned topic-word mass.  term_frequency is the vocabulary's decayed
+token count (x ``vocab_decay`` per batch: recent frequency), floored at a tiny positive value.
+With ``max_terms`` only the most frequent terms are kept and topic_term rows renormalised.
+
+``topics_json`` / ``topics_rows``: top words, weights, prevalence, and the coherence the daemon
+measured when it wrote the snapshot (snapshot extra ``daemon.quality``), for JSON and CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import numpy as np
+
+from .quality import top_word_ids, topic_diversity
+
+__all__ = ["pyldavis_data", "topics_json", "topics_rows", "topics_csv", "snapshot_quality"]
+
+
+def pyldavis_data(model, max_terms: int | None = 5000) -> dict[str, Any]:
+    st = model.state
+    if st.n_words == 0:
+        raise ValueError("the model has no vocabulary yet (nothing learned)")
+    lam = st.lam()                                          # (V, K)
+    tf = np.maximum(np.asarray(model.vocab.counts, dtype=np.float64), 1e-9)
+    keep = np.arange(st.n_words)
+    if max_terms and max_terms < st.n_words:
+        keep = np.sort(np.argsort(-tf, kind="stable")[:max_terms])
+    ttd = lam[keep].T                                       # (K, V')
+    ttd = ttd / ttd.sum(axis=1, keepdims=True)
+    _, series = model.trends.series()
+    if len(series):
+        dtd = series / series.sum(axis=1, keepdims=True)
+    else:
+        mass = np.maximum(st.lam_totals() - st.n_words * st.beta, 0.0)
+        dtd = (mass / mass.sum() if mass.sum() > 0 else np.full(model.n_topics, 1.0 / model.n_topics))[None, :]
+    tokens = max(float(st.tokens_seen), float(len(dtd)))
+    words = model.vocab.words
+    return {
+        "topic_term_dists": ttd.tolist(),
+        "doc_topic_dists": dtd.tolist(),
+        "doc_lengths": [tokens / len(dtd)] * len(dtd),
+        "vocab": [words[i] for i in keep],
+        "term_frequency": tf[keep].tolist(),
+        "note": "doc_topic_dists/doc_lengths are pseudo-documents from the prevalence series "
+                "(see streamtopics.export)",
+    }
+
+
+def snapshot_quality(model) -> dict:
+    """The topic quality the daemon stored in the snapshot ({} when none)."""
+    extra = (getattr(model, "snapshot_info", None) or {}).get("extra") or {}
+    return (extra.get("daemon") or {}).get("quality") or {}
+
+
+def topics_json(model, top_n: int = 10) -> dict[str, Any]:
+    st = model.state
+    top = top_word_ids(st.mu[: st.n_words], max(top_n, 25))
+    totals = st.lam_totals()
+    prev = model.trends.current()
+    q = snapshot_quality(model)
+    npmi = q.get("npmi") or [None] * model.n_topics
+    words = model.vocab.words
+    topics = []
+    for k in range(model.n_topics):
+        ids = top[k, :top_n]
+        w = (st.beta + st.scale * st.mu[ids, k]) / totals[k]
+        topics.append({"topic": k, "top_words": [words[i] for i in ids], "weights": [float(x) for x in w],
+                       "prevalence": None if not np.isfinite(prev[k]) else float(prev[k]),
+                       "npmi": npmi[k] if k < len(npmi) else None})
+    return {"model_version": int(model.version), "n_topics": int(model.n_topics), "docs_seen": int(st.docs_seen),
+            "vocabulary": int(st.n_words), "diversity_top25": topic_diversity(top, 25),
+            "quality": q, "topics": topics}
+
+
+def topics_rows(model, top_n: int = 10) -> list[dict]:
+    rows = []
+    for t in topics_json(model, top_n)["topics"]:
+        for rank, (word, weight) in enumerate(zip(t["top_words"], t["weights"]), start=1):
+            rows.append({"topic": t["topic"], "rank": rank, "word": word, "weight": weight,
+                         "prevalence": t["prevalence"], "npmi": t["npmi"]})
+    return rows
+
+
+def topics_csv(model, top_n: int = 10) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=["topic", "rank", "word", "weight", "prevalence", "npmi"],
+                       lineterminator="\n")
+    w.writeheader()
+    for r in topics_rows(model, top_n):
+        w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+    return buf.getvalue()
