@@ -67,7 +67,7 @@ _B64_TAIL = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
 _B64_HEADER = re.compile(r"^content-transfer-encoding:\s*base64\s*$", re.I)
 
 
-def _uu_line(line: str) -> bool:
+def is_uu_line(line: str) -> bool:
     """A uuencoded data line: its first character encodes n bytes and the line holds the
     4 * ceil(n / 3) characters that carry them (+ up to 2 for a checksum or spaces lost at
     the end), every character in uuencode's range (space to backquote: no lowercase)."""
@@ -96,7 +96,7 @@ def strip_encoded_blocks(text: str) -> str:
         if _UU_BEGIN.match(s):  # a whole uuencoded block, through its "end" line
             j = i + 1
             while j < n and lines[j].rstrip("\r").strip() != "end" and (
-                    _uu_line(lines[j].rstrip("\r")) or not lines[j].strip()):
+                    is_uu_line(lines[j].rstrip("\r")) or not lines[j].strip()):
                 j += 1
             if j < n and lines[j].strip() == "end":
                 j += 1
@@ -114,7 +114,7 @@ def strip_encoded_blocks(text: str) -> str:
             i = j
             continue
         i += 1
-    for test, min_run in ((lambda s: s[:1] == "M" and _uu_line(s), 3),  # full 45-byte lines of a uu part
+    for test, min_run in ((lambda s: s[:1] == "M" and is_uu_line(s), 3),  # full 45-byte lines of a uu part
                           (lambda s: bool(_B64_LINE.match(s)), 2),
                           (lambda s: len(s) >= 50 and not any(c.isspace() for c in s), 3)):
         i = 0

@@ -25,7 +25,8 @@ FIRST = [
 
 def _cfg(tmp_path, **metrics) -> Config:
     return Config.from_dict({"snapshot": {"dir": str(tmp_path)}, "topics": {"input": "docs"},
-                             "model": {"n_topics": 4, "sparsity": 4, "seed": 1}, "metrics": {"port": 0, **metrics}}, env={})
+                             "model": {"n_topics": 4, "sparsity": 4, "seed": 1},
+                             "metrics": {"port": 0, **metrics}}, env={})
 
 
 def _poisoned(model):
