@@ -28,7 +28,7 @@ from .snapshot import read_snapshot, write_snapshot
 from .state import ModelState
 from .supervised.classifier import LOSSES as SUP_LOSSES
 from .supervised.classifier import SupervisedHead
-from .supervised.classifier import _is_missing as _label_missing
+from .supervised.classifier import is_missing as _label_missing
 from .supervised.classifier import PG_CHOICES as PG_METHODS
 from .summary import LocalResult, Summary
 from .text import SEGMENTATIONS, Tokenizer, Vocabulary

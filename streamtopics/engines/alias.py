@@ -84,37 +84,17 @@ import numpy as np
 from numba import njit
 
 from ..summary import LocalResult, Summary
-from .walker import _next, _prefetch, _rng_state, alias_sample  # noqa: F401  (alias_sample: public)
-from .word_rows import (_MAX_LOAD_DEN, _MAX_LOAD_NUM, M_CAP, M_OCC, M_OFF, M_PTR, M_SOFF, M_T, M_VER, M_ZT,
-                        WordRows, _delete, _draw_table, _find, _find_or_insert, _rebuild, _slot, build_shared_prior)
+from .alias_params import (S_CHANGED, S_DOC_ACC, S_DOC_PROP, S_REBUILDS, S_WORD_ACC, S_WORD_PROP,  # noqa: F401
+                           check_tries, default_tries, resolve_tries)
+from .walker import rng_next, prefetch, rng_state, alias_sample  # noqa: F401  (alias_sample: public)
+from .word_rows import (MAX_LOAD_DEN, MAX_LOAD_NUM, M_CAP, M_OCC, M_OFF, M_PTR, M_SOFF, M_T, M_VER, M_ZT,
+                        WordRows, row_delete, draw_table, row_find, row_find_or_insert, row_rebuild, row_slot, build_shared_prior)
 
 PROPOSALS = ("cycle", "mixture")
 ALPHA_PROPOSALS = ("word", "uniform")
 
-# Slots of the statistics vector the kernels fill.
-_S_WORD_PROP, _S_WORD_ACC, _S_DOC_PROP, _S_DOC_ACC, _S_REBUILDS, _S_CHANGED = range(6)
-
-
-def default_tries(K: int) -> tuple[int, int]:
-    """(word, doc) candidates per MH step when ``tries`` is None (module docstring)."""
-    return (2, 1) if K >= 256 else (1, 1)
-
-
-def check_tries(tries) -> tuple[int, int] | None:
-    """Validate ``tries`` (None, an int >= 1 for both kinds, or a (word, doc) pair); return it normalised."""
-    if tries is None:
-        return None
-    pair = tuple(tries) if isinstance(tries, (tuple, list)) else (tries, tries)
-    if len(pair) != 2 or not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) and 1 <= t <= 64
-                                 for t in pair):
-        raise ValueError(f"tries must be None, an integer in [1, 64] or a (word, doc) pair of them (got {tries!r})")
-    return int(pair[0]), int(pair[1])
-
-
-def resolve_tries(tries, K: int) -> tuple[int, int]:
-    """The (word, doc) candidates a run uses: ``tries`` validated, else the default for K."""
-    pair = check_tries(tries)
-    return default_tries(K) if pair is None else pair
+# The statistics slots and the multiple-try settings live in alias_params, shared with the
+# supervised kernel without an import cycle.
 
 
 @njit(cache=True, nogil=True)
@@ -184,13 +164,13 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
     nx_nd = 0
     for p in range(P):
         if mixture:
-            rs, x = _next(rs)
+            rs, x = rng_next(rs)
             nx_word[p] = x < 0.5
         else:
             nx_word[p] = (p & 1) == 0  # cycle: word, doc, word, doc, ...
         if not nx_word[p]:
             for j in range(doc_tries):
-                rs, nx_du[nx_nd] = _next(rs)
+                rs, nx_du[nx_nd] = rng_next(rs)
                 nx_nd += 1
     for k in range(K):
         rk[k] = 1.0 / (Gk[k] + nk[k])
@@ -200,17 +180,17 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
             u = tok_w[i]
             mu = 8 * u
             if init == 1:
-                rs, x = _next(rs)
+                rs, x = rng_next(rs)
                 t = min(int(x * K), K - 1)
             else:
                 if meta[mu + M_PTR] >= meta[mu + M_T]:
-                    rs = _rebuild(u, -1, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
+                    rs = row_rebuild(u, -1, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
                                   widx, prob, alias, small, large, keys, vals, rs)
-                    stats[_S_REBUILDS] += 1
+                    stats[S_REBUILDS] += 1
                 t = np.int64(samples[meta[mu + M_SOFF] + meta[mu + M_PTR]])
                 meta[mu + M_PTR] += 1
             z[i] = t
-            e = _find_or_insert(ent, meta, u, meta[mu + M_OFF], meta[mu + M_CAP], K, t)
+            e = row_find_or_insert(ent, meta, u, meta[mu + M_OFF], meta[mu + M_CAP], K, t)
             ent[4 * e + 1] += 1
             nk[t] += 1
             rk[t] = 1.0 / (Gk[t] + nk[t])
@@ -232,11 +212,11 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
             for i in range(s0, e0):
                 # -- software pipeline: metadata 4 tokens ahead, entry + samples 2 ahead --
                 if i + 4 < N:
-                    _prefetch(meta, 8 * tok_w[i + 4])
+                    prefetch(meta, 8 * tok_w[i + 4])
                 if i + 2 < N:
                     m2 = 8 * tok_w[i + 2]
-                    _prefetch(ent, 4 * (meta[m2 + M_OFF] + _slot(z[i + 2], meta[m2 + M_CAP], K)))
-                    _prefetch(samples, meta[m2 + M_SOFF] + min(meta[m2 + M_PTR], meta[m2 + M_T] - 1))
+                    prefetch(ent, 4 * (meta[m2 + M_OFF] + row_slot(z[i + 2], meta[m2 + M_CAP], K)))
+                    prefetch(samples, meta[m2 + M_SOFF] + min(meta[m2 + M_PTR], meta[m2 + M_T] - 1))
                 # this token's kinds and doc uniforms; draw the next token's and prefetch its candidates
                 n_du = nx_nd
                 for j in range(n_du):
@@ -247,11 +227,11 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                 n_word_draws = 0
                 for p in range(P):
                     if mixture:
-                        rs, x = _next(rs)
+                        rs, x = rng_next(rs)
                         nx_word[p] = x < 0.5
                     if not nx_word[p]:
                         for j in range(doc_tries):
-                            rs, nx_du[nx_nd] = _next(rs)
+                            rs, nx_du[nx_nd] = rng_next(rs)
                             nx_nd += 1
                     else:
                         n_word_draws += word_tries
@@ -265,13 +245,13 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                             jj = s0 + int(x)
                             if jj >= i + 1:
                                 jj += 1
-                            _prefetch(ent, 4 * (b1 + _slot(z[jj], c1, K)))
+                            prefetch(ent, 4 * (b1 + row_slot(z[jj], c1, K)))
                     # and the entries of the word-step candidates it will read from its table
                     p1 = meta[m1 + M_PTR]
                     n1 = min(meta[m1 + M_T] - p1, n_word_draws)
                     lo1 = meta[m1 + M_SOFF] + p1
                     for j in range(n1):
-                        _prefetch(ent, 4 * (b1 + _slot(np.int64(samples[lo1 + j]), c1, K)))
+                        prefetch(ent, 4 * (b1 + row_slot(np.int64(samples[lo1 + j]), c1, K)))
 
                 u = tok_w[i]
                 s = np.int64(z[i])
@@ -291,9 +271,9 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                         n_draw += word_tries
                 if meta[mu + M_PTR] + n_draw > T_u:
                     # the samples left cannot serve this token: rebuild from fresh counts
-                    rs = _rebuild(u, s, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf, widx,
+                    rs = row_rebuild(u, s, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf, widx,
                                   prob, alias, small, large, keys, vals, rs)
-                    stats[_S_REBUILDS] += 1
+                    stats[S_REBUILDS] += 1
                     tver[i] = meta[mu + M_VER]
                     tb[i] = -1  # built from ¬i counts
                 ptr = meta[mu + M_PTR]
@@ -303,7 +283,7 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                 S_i = metaf[mu + M_ZT]
                 fb = 1.0
                 if b >= 0:
-                    eb = _find(ent, base, cu, K, b)
+                    eb = row_find(ent, base, cu, K, b)
                     fb = np.float64(entf[4 * eb + 2])  # A_i(b) / A~_b, stored at the build
                     S_i -= np.float64(entf[4 * eb + 3]) * (1.0 - fb)
                     if S_i <= 1e-9 * metaf[mu + M_ZT]:
@@ -311,7 +291,7 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                 Bx = beta / (BR[s] * (BR[s] - 1.0)) if use_B else 0.0
                 Z_i = S_i + B_tot + Bx
                 ka_z = Ka / Z_i  # alpha part of the doc proposal: K alpha q_i(k) / Z_i
-                es = _find(ent, base, cu, K, s)
+                es = row_find(ent, base, cu, K, s)
                 g_s = G[ub + s] if dense_prior else beta
                 b_s = (g_s + ent[4 * es + 1] - 1) / (Gk[s] + nk[s] - 1)
                 A_s = np.float64(entf[4 * es + 3])
@@ -340,19 +320,19 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                                 t = min(int((x - others) / alpha), K - 1)
                         if from_q:
                             # a draw from q_i: count part w.p. S_i / Z_i, else the shared prior part
-                            rs, x = _next(rs)
+                            rs, x = rng_next(rs)
                             x *= Z_i
                             if x < S_i:
                                 while True:
                                     if ptr >= T_u:  # rejections ran past the buffer: same table, more draws
-                                        rs = _draw_table(u, K, ent, entf, meta, samples, wbuf, widx, prob, alias,
+                                        rs = draw_table(u, K, ent, entf, meta, samples, wbuf, widx, prob, alias,
                                                          small, large, rs)
                                         ptr = 0
                                     t = np.int64(samples[lo + ptr])
                                     ptr += 1
                                     if t != b:
                                         break
-                                    rs, y = _next(rs)
+                                    rs, y = rng_next(rs)
                                     if y < fb:
                                         break
                             else:
@@ -374,7 +354,7 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                     if word:
                         J = 0
                         if mm > 1:
-                            rs, x = _next(rs)
+                            rs, x = rng_next(rs)
                             x *= W
                             acc = cw[0]
                             while acc <= x and J < mm - 1:
@@ -389,7 +369,7 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                 meta[mu + M_PTR] = ptr
                 # -- B: counts and stale weights of the looked-up topics (independent loads overlap) --
                 for l in range(nl):
-                    e = _find(ent, base, cu, K, lk_t[l])
+                    e = row_find(ent, base, cu, K, lk_t[l])
                     if e >= 0:
                         lk_n[l] = ent[4 * e + 1]
                         lk_A[l] = entf[4 * e + 3]
@@ -434,7 +414,7 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                         W += wj
                     J = 0
                     if doc_tries > 1:
-                        rs, x = _next(rs)
+                        rs, x = rng_next(rs)
                         x *= W
                         acc = cw[0]
                         while acc <= x and J < doc_tries - 1:
@@ -457,24 +437,24 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                     y = st_y[p]
                     W = st_W[p]
                     if st_word[p]:
-                        stats[_S_WORD_PROP] += 1
+                        stats[S_WORD_PROP] += 1
                         if y != cur:
                             # stage 1 (I-MTM on pi1): min(1, W / (W - w(y) + w(cur)))
                             den = W - st_w[p] + a_cur
                             if W < den:
-                                rs, x = _next(rs)
+                                rs, x = rng_next(rs)
                                 if x * den >= W:
                                     continue
                             # stage 2 (delayed acceptance): pi / pi1 = b / q
                             num = st_b[p] * q_cur
                             den = b_cur * st_q[p]
                             if num < den:
-                                rs, x = _next(rs)
+                                rs, x = rng_next(rs)
                                 if x * den >= num:
                                     continue
-                        stats[_S_WORD_ACC] += 1
+                        stats[S_WORD_ACC] += 1
                     elif doc_tries == 1:
-                        stats[_S_DOC_PROP] += 1
+                        stats[S_DOC_PROP] += 1
                         if y != cur:
                             # A_d = p(y) q_d(cur) / (p(cur) q_d(y)), q_d(k) ∝ n_dk + K alpha q_i(k) / Z_i
                             if word_prior:
@@ -484,12 +464,12 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                                 num = st_b[p]
                                 den = b_cur
                             if num < den:
-                                rs, x = _next(rs)
+                                rs, x = rng_next(rs)
                                 if x * den >= num:
                                     continue
-                        stats[_S_DOC_ACC] += 1
+                        stats[S_DOC_ACC] += 1
                     else:
-                        stats[_S_DOC_PROP] += 1
+                        stats[S_DOC_PROP] += 1
                         if y != cur:
                             if word_prior:
                                 w_c = a_cur * b_cur / (a_cur - alpha + ka_z * q_cur)
@@ -497,10 +477,10 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                                 w_c = b_cur
                             den = W - st_w[p] + w_c
                             if W < den:
-                                rs, x = _next(rs)
+                                rs, x = rng_next(rs)
                                 if x * den >= W:
                                     continue
-                        stats[_S_DOC_ACC] += 1
+                        stats[S_DOC_ACC] += 1
                     cur = y
                     a_cur = st_a[p]
                     b_cur = st_b[p]
@@ -510,20 +490,20 @@ def mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, samples, 
                     nd[s] -= 1
                     ent[4 * es + 1] -= 1
                     if cu < K and ent[4 * es + 1] == 0 and ent[4 * es + 3] == 0:
-                        _delete(ent, meta, u, base, cu, es)  # not in the live table: free the slot
+                        row_delete(ent, meta, u, base, cu, es)  # not in the live table: free the slot
                     nk[s] -= 1
                     rk[s] = 1.0 / (Gk[s] + nk[s])
                     nd[cur] += 1
-                    e = _find_or_insert(ent, meta, u, base, cu, K, cur)
+                    e = row_find_or_insert(ent, meta, u, base, cu, K, cur)
                     ent[4 * e + 1] += 1
                     nk[cur] += 1
                     rk[cur] = 1.0 / (Gk[cur] + nk[cur])
-                    stats[_S_CHANGED] += 1
-                    if cu < K and _MAX_LOAD_DEN * meta[mu + M_OCC] > _MAX_LOAD_NUM * cu:
+                    stats[S_CHANGED] += 1
+                    if cu < K and MAX_LOAD_DEN * meta[mu + M_OCC] > MAX_LOAD_NUM * cu:
                         # compact the row: a fresh table, which holds token i at cur
-                        rs = _rebuild(u, -1, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
+                        rs = row_rebuild(u, -1, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
                                       widx, prob, alias, small, large, keys, vals, rs)
-                        stats[_S_REBUILDS] += 1
+                        stats[S_REBUILDS] += 1
                         tver[i] = meta[mu + M_VER]
                         tb[i] = cur
             if sweep >= record_from and record_docs:
@@ -544,7 +524,7 @@ def _word_loglik(tok_w, z, ent, meta, nk, Gk, G, dense_prior, beta):
     for i in range(tok_w.shape[0]):
         u = tok_w[i]
         k = z[i]
-        e = _find(ent, meta[8 * u + M_OFF], meta[8 * u + M_CAP], K, k)
+        e = row_find(ent, meta[8 * u + M_OFF], meta[8 * u + M_CAP], K, k)
         g = G[u * K + k] if dense_prior else beta
         total += math.log((g + ent[4 * e + 1]) / (Gk[k] + nk[k]))
     return total
@@ -590,7 +570,7 @@ class SamplerArrays(WordRows):
             record_from=None, z_rec=None, doc_acc=None, word_prior=True, tries=1) -> np.ndarray:
         K = self.K
         word_tries, doc_tries = resolve_tries(tries, K)
-        return mh_sweeps(_rng_state(seed), tok_w, tok_ptr, self.z, self.tver, self.tb, self.ent, self.entf,
+        return mh_sweeps(rng_state(seed), tok_w, tok_ptr, self.z, self.tver, self.tb, self.ent, self.entf,
                          self.meta, self.metaf, self.samples, self.nk, Gk, np.ascontiguousarray(G).reshape(-1),
                          bool(dense_prior), float(beta), float(alpha), int(n_sweeps), int(mh_steps),
                          word_tries, doc_tries,
@@ -608,8 +588,8 @@ class SamplerArrays(WordRows):
 
 def _acceptance(stats: np.ndarray) -> dict:
     return {
-        "word": float(stats[_S_WORD_ACC] / stats[_S_WORD_PROP]) if stats[_S_WORD_PROP] else float("nan"),
-        "doc": float(stats[_S_DOC_ACC] / stats[_S_DOC_PROP]) if stats[_S_DOC_PROP] else float("nan"),
+        "word": float(stats[S_WORD_ACC] / stats[S_WORD_PROP]) if stats[S_WORD_PROP] else float("nan"),
+        "doc": float(stats[S_DOC_ACC] / stats[S_DOC_PROP]) if stats[S_DOC_PROP] else float("nan"),
     }
 
 
@@ -650,9 +630,9 @@ def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta:
         first = False
         if callback and chunk > 0:
             callback(done, arr)
-    stats = {"mh_acceptance": _acceptance(total), "alias_rebuilds": int(total[_S_REBUILDS]),
+    stats = {"mh_acceptance": _acceptance(total), "alias_rebuilds": int(total[S_REBUILDS]),
              "sweeps": int(n_sweeps), "sampling_seconds": elapsed,
-             "changed_per_sweep": float(total[_S_CHANGED]) / max(n_sweeps, 1), "tries": list(m),
+             "changed_per_sweep": float(total[S_CHANGED]) / max(n_sweeps, 1), "tries": list(m),
              "rows_mib": arr.nbytes / 2**20}
     return arr, stats
 
@@ -770,9 +750,9 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
             callback(sweep + 1, arr)
     if Lr and kept:
         head.end_batch(zb, rho_sum / kept, kappa_sum / kept)
-    stats = {"mh_acceptance": _acceptance_sup(total), "alias_rebuilds": int(total[_S_REBUILDS]),
+    stats = {"mh_acceptance": _acceptance_sup(total), "alias_rebuilds": int(total[S_REBUILDS]),
              "sweeps": n_sweeps, "sampling_seconds": t_kernel + t_head, "kernel_seconds": t_kernel,
-             "supervised_seconds": t_head, "changed_per_sweep": float(total[_S_CHANGED]) / max(n_sweeps, 1),
+             "supervised_seconds": t_head, "changed_per_sweep": float(total[S_CHANGED]) / max(n_sweeps, 1),
              "exp_proposal_docs_per_sweep": float(total[sup._S_EXP_DOCS]) / max(n_sweeps, 1),
              "supervised_docs": int(Lr), "eta_retained": kept, "tries": list(m)}
     return arr, stats
@@ -855,9 +835,9 @@ class AliasEngine:
             summary=summary,
             iterations=np.full(D, n_burn + n_samp, dtype=np.int32),
             objective=float(objective),
-            stats={"mh_acceptance": _acceptance(stats), "alias_rebuilds": int(stats[_S_REBUILDS]),
+            stats={"mh_acceptance": _acceptance(stats), "alias_rebuilds": int(stats[S_REBUILDS]),
                    "sweeps": n_burn + n_samp,
-                   "changed_per_token": float(stats[_S_CHANGED]) / max(N * (n_burn + n_samp), 1)},
+                   "changed_per_token": float(stats[S_CHANGED]) / max(N * (n_burn + n_samp), 1)},
         )
 
     def _infer_supervised(self, state, batch, summarize, head, targets) -> LocalResult:
@@ -906,8 +886,8 @@ class AliasEngine:
         return LocalResult(
             doc_topic=doc_acc / n_samp, summary=summary, iterations=np.full(D, n_total, dtype=np.int32),
             objective=float(objective),
-            stats={"mh_acceptance": _acceptance_sup(total), "alias_rebuilds": int(total[_S_REBUILDS]),
-                   "sweeps": n_total, "changed_per_token": float(total[_S_CHANGED]) / max(N * n_total, 1),
+            stats={"mh_acceptance": _acceptance_sup(total), "alias_rebuilds": int(total[S_REBUILDS]),
+                   "sweeps": n_total, "changed_per_token": float(total[S_CHANGED]) / max(N * n_total, 1),
                    "exp_proposal_docs": int(total[sup._S_EXP_DOCS]), "augment_seconds": t_head, "tries": list(tries),
                    "supervised_docs": int(sv.sup_doc.sum())},
         )

@@ -52,10 +52,10 @@ import math
 import numpy as np
 from numba import njit
 
-from .alias import _S_CHANGED, _S_DOC_ACC, _S_DOC_PROP, _S_REBUILDS, _S_WORD_ACC, _S_WORD_PROP, resolve_tries
-from .walker import _next, _prefetch, _rng_state, alias_build
-from .word_rows import (_MAX_LOAD_DEN, _MAX_LOAD_NUM, M_CAP, M_OCC, M_OFF, M_PTR, M_SOFF, M_T, M_VER, M_ZT,
-                        _delete, _draw_table, _find, _find_or_insert, _rebuild, _slot, build_shared_prior)
+from .alias_params import S_CHANGED, S_DOC_ACC, S_DOC_PROP, S_REBUILDS, S_WORD_ACC, S_WORD_PROP, resolve_tries
+from .walker import rng_next, prefetch, rng_state, alias_build
+from .word_rows import (MAX_LOAD_DEN, MAX_LOAD_NUM, M_CAP, M_OCC, M_OFF, M_PTR, M_SOFF, M_T, M_VER, M_ZT,
+                        row_delete, draw_table, row_find, row_find_or_insert, row_rebuild, row_slot, build_shared_prior)
 
 # extra statistics slots (after the unsupervised engine's six)
 _S_EXP_PROP, _S_EXP_ACC, _S_EXP_DOCS, _S_EXP_REJ = 6, 7, 8, 9
@@ -70,7 +70,7 @@ def _accept(rs, num, den, delta):
     """MH test for the ratio (num/den) exp(delta), num, den > 0; returns (state, accepted)."""
     if delta >= 0.0 and num >= den:
         return rs, True
-    rs, x = _next(rs)
+    rs, x = rng_next(rs)
     return rs, x * den < num * math.exp(delta)
 
 
@@ -152,17 +152,17 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
             u = tok_w[i]
             mu = 8 * u
             if init == 1:
-                rs, x = _next(rs)
+                rs, x = rng_next(rs)
                 t = min(int(x * K), K - 1)
             else:
                 if meta[mu + M_PTR] >= meta[mu + M_T]:
-                    rs = _rebuild(u, -1, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
+                    rs = row_rebuild(u, -1, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
                                   widx, prob, alias, small, large, keys, vals, rs)
-                    stats[_S_REBUILDS] += 1
+                    stats[S_REBUILDS] += 1
                 t = np.int64(samples[meta[mu + M_SOFF] + meta[mu + M_PTR]])
                 meta[mu + M_PTR] += 1
             z[i] = t
-            e = _find_or_insert(ent, meta, u, meta[mu + M_OFF], meta[mu + M_CAP], K, t)
+            e = row_find_or_insert(ent, meta, u, meta[mu + M_OFF], meta[mu + M_CAP], K, t)
             ent[4 * e + 1] += 1
             nk[t] += 1
             rk[t] = 1.0 / (Gk[t] + nk[t])
@@ -235,11 +235,11 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                         Mt[l] = M[l]
             for i in range(s0, e0):
                 if i + 4 < N:
-                    _prefetch(meta, 8 * tok_w[i + 4])
+                    prefetch(meta, 8 * tok_w[i + 4])
                 if i + 2 < N:
                     m2 = 8 * tok_w[i + 2]
-                    _prefetch(ent, 4 * (meta[m2 + M_OFF] + _slot(z[i + 2], meta[m2 + M_CAP], K)))
-                    _prefetch(samples, meta[m2 + M_SOFF] + min(meta[m2 + M_PTR], meta[m2 + M_T] - 1))
+                    prefetch(ent, 4 * (meta[m2 + M_OFF] + row_slot(z[i + 2], meta[m2 + M_CAP], K)))
+                    prefetch(samples, meta[m2 + M_SOFF] + min(meta[m2 + M_PTR], meta[m2 + M_T] - 1))
                 u = tok_w[i]
                 s = np.int64(z[i])
                 ub = u * K
@@ -256,7 +256,7 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                 n_doc = 0
                 for p in range(P):
                     if mixture == 1:
-                        rs, x = _next(rs)
+                        rs, x = rng_next(rs)
                         kind = min(int(x * 3.0), 2)
                     elif mixture == 2:  # exp proposals only (tests)
                         kind = _EXP
@@ -282,15 +282,15 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                 Z_i = 1.0
                 if n_draw > 0:
                     if meta[mu + M_PTR] + n_draw > T_u:
-                        rs = _rebuild(u, s, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
+                        rs = row_rebuild(u, s, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
                                       widx, prob, alias, small, large, keys, vals, rs)
-                        stats[_S_REBUILDS] += 1
+                        stats[S_REBUILDS] += 1
                         tver[i] = meta[mu + M_VER]
                         tb[i] = -1
                     b = np.int64(tb[i])
                     S_i = metaf[mu + M_ZT]
                     if b >= 0:
-                        eb = _find(ent, base, cu, K, b)
+                        eb = row_find(ent, base, cu, K, b)
                         fb = np.float64(entf[4 * eb + 2])  # A_i(b) / A~_b, stored at the build
                         S_i -= np.float64(entf[4 * eb + 3]) * (1.0 - fb)
                         if S_i <= 1e-9 * metaf[mu + M_ZT]:
@@ -313,7 +313,7 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                     from_table = kind == _WORD
                     if kind == _EXP:
                         while True:
-                            rs, x = _next(rs)
+                            rs, x = rng_next(rs)
                             x *= K
                             j = min(int(x), K - 1)
                             t = np.int64(j if x - j < eprob[j] else ealias[j])
@@ -322,12 +322,12 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                                 lf += cy[l] * etaT[s, l] * etaT[t, l]
                             if lf >= bs:
                                 break
-                            rs, x = _next(rs)
+                            rs, x = rng_next(rs)
                             if x < math.exp(lf - bs):
                                 break
                             stats[_S_EXP_REJ] += 1
                     elif kind == _DOC:
-                        rs, x = _next(rs)
+                        rs, x = rng_next(rs)
                         x *= d_mass
                         if x < others:
                             j = s0 + int(x)
@@ -342,19 +342,19 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                                 t = K - 1
                     if from_table:
                         # a draw from q_i: count part w.p. S_i / Z_i, else the shared prior part
-                        rs, x = _next(rs)
+                        rs, x = rng_next(rs)
                         x *= Z_i
                         if x < S_i:
                             while True:
                                 if ptr >= T_u:  # rejections ran past the buffer: same table, more draws
-                                    rs = _draw_table(u, K, ent, entf, meta, samples, wbuf, widx, prob, alias, small,
+                                    rs = draw_table(u, K, ent, entf, meta, samples, wbuf, widx, prob, alias, small,
                                                      large, rs)
                                     ptr = 0
                                 t = np.int64(samples[lo + ptr])
                                 ptr += 1
                                 if t != b:
                                     break
-                                rs, y = _next(rs)
+                                rs, y = rng_next(rs)
                                 if y < fb:
                                     break
                         else:
@@ -368,7 +368,7 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                     p_t[pj] = t
                 meta[mu + M_PTR] = ptr
                 # ¬i factors of s
-                es = _find(ent, base, cu, K, s)
+                es = row_find(ent, base, cu, K, s)
                 g_s = G[ub + s] if dense_prior else beta
                 b_s = (g_s + ent[4 * es + 1] - 1) / (Gk[s] + nk[s] - 1)
                 q_s = np.float64(entf[4 * es + 3]) * (fb if s == b else 1.0) + Bw[s] + Bx  # q_i(s)
@@ -392,7 +392,7 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                         p_g[p] = sg_s
                         p_q[p] = q_s
                     else:
-                        e = _find(ent, base, cu, K, t)
+                        e = row_find(ent, base, cu, K, t)
                         n_t = ent[4 * e + 1] if e >= 0 else 0
                         A_t = np.float64(entf[4 * e + 3]) if e >= 0 else 0.0
                         p_b[p] = ((G[ub + t] if dense_prior else beta) + n_t) * rk[t]
@@ -436,7 +436,7 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                                 W += p_w[j]
                             qd = a_cur - alpha + ka_z * q_c if word_prior else a_cur
                             w_cur = a_cur * b_cur * math.exp(g_cur - gref) / qd if qd > 0.0 else np.inf
-                        rs, x = _next(rs)
+                        rs, x = rng_next(rs)
                         x *= W
                         J = 0
                         acc = p_w[0]
@@ -519,11 +519,11 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                     nd[s] -= 1
                     ent[4 * es + 1] -= 1
                     if cu < K and ent[4 * es + 1] == 0 and ent[4 * es + 3] == 0:
-                        _delete(ent, meta, u, base, cu, es)
+                        row_delete(ent, meta, u, base, cu, es)
                     nk[s] -= 1
                     rk[s] = 1.0 / (Gk[s] + nk[s])
                     nd[cur] += 1
-                    e = _find_or_insert(ent, meta, u, base, cu, K, cur)
+                    e = row_find_or_insert(ent, meta, u, base, cu, K, cur)
                     ent[4 * e + 1] += 1
                     nk[cur] += 1
                     rk[cur] = 1.0 / (Gk[cur] + nk[cur])
@@ -531,10 +531,10 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                         for l in range(L):
                             M[l] += etaT[cur, l] - etaT[s, l]
                     n_changed += 1
-                    if cu < K and _MAX_LOAD_DEN * meta[mu + M_OCC] > _MAX_LOAD_NUM * cu:
-                        rs = _rebuild(u, -1, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
+                    if cu < K and MAX_LOAD_DEN * meta[mu + M_OCC] > MAX_LOAD_NUM * cu:
+                        rs = row_rebuild(u, -1, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
                                       widx, prob, alias, small, large, keys, vals, rs)
-                        stats[_S_REBUILDS] += 1
+                        stats[S_REBUILDS] += 1
                         tver[i] = meta[mu + M_VER]
                         tb[i] = cur
             if sweep >= record_from and record_docs:
@@ -544,13 +544,13 @@ def sup_mh_sweeps(rs, tok_w, tok_ptr, z, tver, tb, ent, entf, meta, metaf, sampl
                 nd[z[i]] = 0
         if sweep >= record_from and z_rec.shape[0] > sweep - record_from:
             z_rec[sweep - record_from, :] = z
-    stats[_S_WORD_PROP] = n_wp
-    stats[_S_WORD_ACC] = n_wa
-    stats[_S_DOC_PROP] = n_dp
-    stats[_S_DOC_ACC] = n_da
+    stats[S_WORD_PROP] = n_wp
+    stats[S_WORD_ACC] = n_wa
+    stats[S_DOC_PROP] = n_dp
+    stats[S_DOC_ACC] = n_da
     stats[_S_EXP_PROP] = n_ep
     stats[_S_EXP_ACC] = n_ea
-    stats[_S_CHANGED] = n_changed
+    stats[S_CHANGED] = n_changed
     return stats
 
 
@@ -578,7 +578,7 @@ def run_sweeps(arr, seed, tok_w, tok_ptr, Gk, G, dense_prior, beta, alpha, n_swe
         etaT = np.zeros((K, 1))
         rho = np.zeros((tok_ptr.shape[0] - 1, 1))
         kappa = rho
-    return sup_mh_sweeps(_rng_state(seed), tok_w, tok_ptr, arr.z, arr.tver, arr.tb, arr.ent, arr.entf, arr.meta,
+    return sup_mh_sweeps(rng_state(seed), tok_w, tok_ptr, arr.z, arr.tver, arr.tb, arr.ent, arr.entf, arr.meta,
                          arr.metaf, arr.samples, arr.nk, Gk, np.ascontiguousarray(G).reshape(-1), bool(dense_prior),
                          float(beta), float(alpha), int(n_sweeps), int(mh_steps), int(mixture), bool(word_prior),
                          int(init), n_sweeps if record_from is None else int(record_from),

@@ -4,7 +4,7 @@
   inline, so the hot loops keep it in a register and kernels stay thread-safe.
 * Walker's alias method in Vose's O(K) construction (AliasLDA §3.1 GenerateAlias /
   SampleAlias): after the build every draw costs one uniform number.
-* ``_prefetch``: llvm.prefetch of one array element, for software-pipelined loops.
+* ``prefetch``: llvm.prefetch of one array element, for software-pipelined loops.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ _TO_UNIT = 1.0 / 9007199254740992.0  # 2^-53
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _next(x):
+def rng_next(x):
     """Advance the SplitMix64 state x; returns (new state, uniform double in [0, 1)).
 
     Scalars only, inlined at the numba IR level: the hot loops keep the state in a register
@@ -39,7 +39,7 @@ def _next(x):
     return x, (y >> np.uint64(11)) * _TO_UNIT
 
 
-def _rng_state(seed: int) -> np.uint64:
+def rng_state(seed: int) -> np.uint64:
     # Spread the seed once through SeedSequence so nearby seeds give unrelated streams.
     return np.random.SeedSequence(int(seed) & ((1 << 64) - 1)).generate_state(1, dtype=np.uint64)[0]
 
@@ -94,7 +94,7 @@ def _alias_fill(prob, alias, out, lo, n, rs):
     its fractional part, the bin's biased coin (a select, not a branch).  Returns the state."""
     K = prob.shape[0]
     for i in range(lo, lo + n):
-        rs, x = _next(rs)
+        rs, x = rng_next(rs)
         x *= K
         j = min(int(x), K - 1)
         other = alias[j]
@@ -117,11 +117,11 @@ def _alias_sample(weights, n, rs):
 
 def alias_sample(weights, n: int, seed: int) -> np.ndarray:
     """n draws from the distribution ∝ weights through one Walker table (for tests and callers)."""
-    return _alias_sample(np.asarray(weights, dtype=np.float64), int(n), _rng_state(seed))
+    return _alias_sample(np.asarray(weights, dtype=np.float64), int(n), rng_state(seed))
 
 
 @intrinsic
-def _prefetch(typingctx, arr, idx):
+def prefetch(typingctx, arr, idx):
     """Hint the cache line holding arr[idx] (1-D array) into all cache levels (llvm.prefetch)."""
     if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(idx, types.Integer):
         return None

@@ -42,16 +42,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .walker import _next, alias_build
+from .walker import rng_next, alias_build
 
 M_OFF, M_CAP, M_SOFF, M_T, M_PTR, M_VER, M_ZT, M_OCC = range(8)
 _HMUL = 2654435761  # Knuth's multiplicative hash
-_MAX_LOAD_NUM, _MAX_LOAD_DEN = 3, 4  # a hash row is compacted past 3/4 occupancy
+MAX_LOAD_NUM, MAX_LOAD_DEN = 3, 4  # a hash row is compacted past 3/4 occupancy
 
 
 # -- rows ---------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True, inline="always")
-def _slot(k, cap, K):
+def row_slot(k, cap, K):
     """Home slot of topic k (its index in a dense row)."""
     if cap >= K:
         return k
@@ -59,7 +59,7 @@ def _slot(k, cap, K):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _find(ent, base, cap, K, k):
+def row_find(ent, base, cap, K, k):
     """Entry index of topic k in the row at ``base``, or -1 (only a hash row can miss)."""
     if cap >= K:
         return base + k
@@ -76,7 +76,7 @@ def _find(ent, base, cap, K, k):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _find_or_insert(ent, meta, u, base, cap, K, k):
+def row_find_or_insert(ent, meta, u, base, cap, K, k):
     if cap >= K:
         return base + k
     mask = cap - 1
@@ -97,7 +97,7 @@ def _find_or_insert(ent, meta, u, base, cap, K, k):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _delete(ent, meta, u, base, cap, e):
+def row_delete(ent, meta, u, base, cap, e):
     """Remove entry e from a hash row (backward-shift deletion keeps every probe chain whole)."""
     mask = cap - 1
     i = e - base
@@ -118,7 +118,7 @@ def _delete(ent, meta, u, base, cap, e):
 
 # -- tables -------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def _draw_table(u, K, ent, entf, meta, samples, wbuf, widx, prob, alias, small, large, rs):
+def draw_table(u, K, ent, entf, meta, samples, wbuf, widx, prob, alias, small, large, rs):
     """Walker table over word u's stored weights A~ -> its whole sample buffer.
 
     Used after a rebuild and as a *refill* when rejections ran past the buffer: the weights
@@ -142,7 +142,7 @@ def _draw_table(u, K, ent, entf, meta, samples, wbuf, widx, prob, alias, small, 
     if n > 0:
         alias_build(wbuf[:n], prob[:n], alias[:n], small[:n], large[:n])
         for j in range(T):
-            rs, x = _next(rs)
+            rs, x = rng_next(rs)
             x *= n
             i = min(int(x), n - 1)
             samples[lo + j] = widx[i] if x - i < prob[i] else widx[alias[i]]
@@ -160,7 +160,7 @@ def _exclusion_factor(c, g, r):
 
 
 @njit(cache=True, nogil=True)
-def _rebuild(u, x, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf, widx, prob, alias, small,
+def row_rebuild(u, x, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf, widx, prob, alias, small,
              large, keys, vals, rs):
     """Word u's table from the current counts n~ <- n, O(cap_u): A~ <- (g + n~) r, f <- exclusion factor.
 
@@ -197,7 +197,7 @@ def _rebuild(u, x, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, r
         meta[8 * u + M_OCC] = 0
         for j in range(m):
             k = keys[j]
-            e = _find_or_insert(ent, meta, u, base, c, K, k)
+            e = row_find_or_insert(ent, meta, u, base, c, K, k)
             cnt = vals[j]
             ent[4 * e + 1] = cnt
             r = rk[k]
@@ -209,7 +209,7 @@ def _rebuild(u, x, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, r
             entf[4 * e + 3] = a
             total += a
     metaf[8 * u + M_ZT] = total
-    rs = _draw_table(u, K, ent, entf, meta, samples, wbuf, widx, prob, alias, small, large, rs)
+    rs = draw_table(u, K, ent, entf, meta, samples, wbuf, widx, prob, alias, small, large, rs)
     meta[8 * u + M_VER] += 1
     return rs
 

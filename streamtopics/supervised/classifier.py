@@ -342,7 +342,7 @@ def _csr(Z: np.ndarray):
     return indptr, kk.astype(np.int32), np.ascontiguousarray(Z[dd, kk])
 
 
-def _is_missing(t) -> bool:
+def is_missing(t) -> bool:
     return t is None or (isinstance(t, float) and math.isnan(t))
 
 
@@ -514,7 +514,7 @@ class SupervisedHead:
         if self.task is not None:
             return
         for t in targets:
-            if _is_missing(t):
+            if is_missing(t):
                 continue
             if isinstance(t, str):
                 self.task = "multiclass"
@@ -537,7 +537,7 @@ class SupervisedHead:
         targets = list(targets)
         D = len(targets)
         if self.task == "regression":
-            yv = np.array([np.nan if _is_missing(t) else float(t) for t in targets], dtype=np.float64).reshape(D, 1)
+            yv = np.array([np.nan if is_missing(t) else float(t) for t in targets], dtype=np.float64).reshape(D, 1)
             mask = np.isfinite(yv)
             if np.isinf(yv).any():
                 raise ValueError("regression targets must be finite (None or NaN for unlabelled)")
@@ -545,7 +545,7 @@ class SupervisedHead:
         self._infer_task(targets)
         per_doc: list[list[str] | None] = []
         for t in targets:
-            if _is_missing(t):
+            if is_missing(t):
                 per_doc.append(None)
             elif self.task == "multiclass":
                 if not isinstance(t, str):
