@@ -33,49 +33,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from corpora_prep import SETTINGS  # noqa: E402
+from corpora_prep import SETTINGS, Setting  # noqa: E402
 
 from streamtopics import TopicModel  # noqa: E402
-from streamtopics.batch import build_batch  # noqa: E402
-from streamtopics.evaluate import completion_loglik, split_completion  # noqa: E402
-from streamtopics.text import Vocabulary  # noqa: E402
 
 BATCH = 256
-
-
-class Setting:
-    """Train tokens, one shared vocabulary for the peers, and the fixed completion split."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.train, self.test, self.y_train, self.y_test = SETTINGS[name]()
-        self.vocab = Vocabulary()
-        self.batch = build_batch(self.train, self.vocab)
-        test_batch = build_batch(self.test, self.vocab, grow=False)
-        self.part_a, self.part_b = split_completion(test_batch, frac=0.8, seed=0)
-        self.n_tokens = int(self.batch.counts.sum())
-        self.n_docs = len(self.train)
-
-    def score(self, topic_word: np.ndarray, alpha: float) -> float:
-        return completion_loglik(topic_word, self.part_a, self.part_b, float(alpha))
-
-    def align(self, model: TopicModel) -> np.ndarray:
-        tw = model.topic_word()
-        cols = model.vocab.ids(self.vocab.words)
-        out = np.full((tw.shape[0], len(self.vocab)), 1e-12)
-        ok = cols >= 0
-        out[:, ok] = tw[:, cols[ok]]
-        return out / out.sum(axis=1, keepdims=True)
-
-    def bows(self):
-        b = self.batch
-        return [list(zip(b.word_ids[b.doc_ptr[d]:b.doc_ptr[d + 1]].tolist(),
-                         b.counts[b.doc_ptr[d]:b.doc_ptr[d + 1]].tolist())) for d in range(b.n_docs)]
-
-    def csr(self):
-        import scipy.sparse as sp
-        b = self.batch
-        return sp.csr_matrix((b.counts, b.word_ids, b.doc_ptr), shape=(b.n_docs, len(self.vocab)))
 
 
 def _result(s: Setting, seconds: float, heldout: float, **extra) -> dict:

@@ -19,8 +19,12 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+import numpy as np
+
 from streamtopics.corpora import load_20newsgroups, load_reuters_r8
-from streamtopics.text import Tokenizer
+from streamtopics.batch import build_batch
+from streamtopics.evaluate import completion_loglik, split_completion
+from streamtopics.text import Tokenizer, Vocabulary
 
 _ALPHA3 = re.compile(r"[a-z]{3,}")
 
@@ -101,3 +105,42 @@ SETTINGS = {
     "r8-df5": reuters_r8_tokens,
     "20ng-subjects": twenty_news_subjects,
 }
+
+
+class Setting:
+    """A setting's train tokens, one shared vocabulary for the peers, and the fixed completion split;
+    every contender is scored by ``score`` (document completion, each model's own alpha)."""
+
+    def __init__(self, name: str, n_train: int | None = None, n_test: int | None = None):
+        self.name = name
+        train, test, _, _ = SETTINGS[name]()
+        self.train = train[:n_train]
+        self.test = test[:n_test]
+        self.vocab = Vocabulary()
+        self.batch = build_batch(self.train, self.vocab)
+        test_batch = build_batch(self.test, self.vocab, grow=False)
+        self.part_a, self.part_b = split_completion(test_batch, frac=0.8, seed=0)
+        self.n_tokens = int(self.batch.counts.sum())
+        self.n_docs = len(self.train)
+
+    def score(self, topic_word: np.ndarray, alpha: float) -> float:
+        return completion_loglik(topic_word, self.part_a, self.part_b, float(alpha))
+
+    def align(self, model) -> np.ndarray:
+        """A TopicModel's topic-word matrix with columns in this setting's vocabulary order."""
+        tw = model.topic_word()
+        cols = model.vocab.ids(self.vocab.words)
+        out = np.full((tw.shape[0], len(self.vocab)), 1e-12)
+        ok = cols >= 0
+        out[:, ok] = tw[:, cols[ok]]
+        return out / out.sum(axis=1, keepdims=True)
+
+    def bows(self):
+        b = self.batch
+        return [list(zip(b.word_ids[b.doc_ptr[d]:b.doc_ptr[d + 1]].tolist(),
+                         b.counts[b.doc_ptr[d]:b.doc_ptr[d + 1]].tolist())) for d in range(b.n_docs)]
+
+    def csr(self):
+        import scipy.sparse as sp
+        b = self.batch
+        return sp.csr_matrix((b.counts, b.word_ids, b.doc_ptr), shape=(b.n_docs, len(self.vocab)))
