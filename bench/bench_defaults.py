@@ -22,86 +22,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpora_prep import SETTINGS, Setting  # noqa: E402
+from peers import BATCH, cpu_seconds, result, run_gensim, run_sklearn, run_vw  # noqa: E402
 
 from streamtopics import TopicModel  # noqa: E402
-
-BATCH = 256
-
-
-def _result(s: Setting, seconds: float, heldout: float, **extra) -> dict:
-    return {"seconds": seconds, "tokens_per_s": s.n_tokens / seconds, "heldout": heldout, **extra}
-
 
 def run_streamtopics(s: Setting, K: int) -> dict:
     TopicModel(n_topics=K).partial_fit(s.train[:16])  # numba cache warm-up outside the clock
     m = TopicModel(n_topics=K)
-    t0 = time.perf_counter()
+    c0, t0 = cpu_seconds(), time.perf_counter()
     for lo in range(0, s.n_docs, BATCH):
         m.partial_fit(s.train[lo:lo + BATCH])
-    el = time.perf_counter() - t0
-    return _result(s, el, s.score(s.align(m), m.state.alpha), alpha=float(m.state.alpha), beta=float(m.state.beta))
-
-
-def run_gensim(s: Setting, K: int, decay: float, offset: float) -> dict:
-    from gensim.models import LdaModel
-
-    bows = s.bows()
-    t0 = time.perf_counter()
-    lda = LdaModel(corpus=bows, id2word=dict(enumerate(s.vocab.words)), num_topics=K, chunksize=BATCH, passes=1,
-                   update_every=1, decay=decay, offset=offset, eval_every=None, random_state=0)
-    el = time.perf_counter() - t0
-    lam = lda.state.get_lambda()
-    return _result(s, el, s.score(lam / lam.sum(axis=1, keepdims=True), float(np.mean(lda.alpha))))
-
-
-def run_sklearn(s: Setting, K: int) -> dict:
-    from sklearn.decomposition import LatentDirichletAllocation
-
-    X = s.csr()
-    lda = LatentDirichletAllocation(n_components=K, learning_method="online", batch_size=BATCH,
-                                    total_samples=s.n_docs, random_state=0, n_jobs=1)
-    t0 = time.perf_counter()
-    for lo in range(0, s.n_docs, BATCH):
-        lda.partial_fit(X[lo:lo + BATCH])
-    el = time.perf_counter() - t0
-    comp = lda.components_
-    return _result(s, el, s.score(comp / comp.sum(axis=1, keepdims=True), 1.0 / K))
-
-
-def run_vw(s: Setting, K: int) -> dict:
-    import vowpalwabbit
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "train.vw")
-        with open(path, "w") as fh:
-            for d in s.train:
-                counts: dict[str, int] = {}
-                for w in d:
-                    counts[w] = counts.get(w, 0) + 1
-                fh.write("| " + " ".join(f"{w}:{c}" for w, c in counts.items()) + "\n")
-        t0 = time.perf_counter()
-        vw = vowpalwabbit.Workspace(f"--lda {K} --lda_D {s.n_docs} --minibatch {BATCH} -b 20 --quiet -d {path}")
-        vw.run_parser()
-        el = time.perf_counter() - t0
-        ns = vw.hash_space("")
-        lam = np.empty((K, len(s.vocab)))
-        for j, w in enumerate(s.vocab.words):
-            h = vw.hash_feature(w, ns)
-            lam[:, j] = [vw.get_weight(h, k) for k in range(K)]
-        vw.finish()
-    return _result(s, el, s.score(lam / lam.sum(axis=1, keepdims=True), 0.1))
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    return result(s, wall, cpu, s.score(s.align(m), m.state.alpha), alpha=float(m.state.alpha),
+                  beta=float(m.state.beta))
 
 
 CONTENDERS = {

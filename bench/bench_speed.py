@@ -39,9 +39,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
 
 import argparse
 import json
-import resource
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -50,27 +48,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from corpora_prep import SETTINGS, Setting  # noqa: E402
+from corpora_prep import Setting  # noqa: E402
+from peers import BATCH, cpu_seconds, run_gensim, run_sklearn, run_vw  # noqa: E402
+from peers import result as _result  # noqa: E402
 
 from streamtopics import TopicModel  # noqa: E402
 
-BATCH = 256
 K_DEFAULT = 100
 RESULTS = Path(__file__).with_name("results")
 
 
 def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def _result(s: Setting, wall: float, cpu: float, heldout: float | None, **extra) -> dict:
-    return {"seconds": wall, "cpu_seconds": cpu, "tokens_per_s": s.n_tokens / wall,
-            "tokens_per_cpu_s": s.n_tokens / max(cpu, 1e-9), "heldout": heldout, **extra}
 
 
 # -- contenders -------------------------------------------------------------------------------
@@ -116,59 +105,6 @@ def run_streamtopics(s: Setting, K: int, variant: str, threads: int, score: bool
         out["stages_cpu_ns_per_token"]["other"] = 1e9 * (cpu - sum(st.values())) / s.n_tokens
     out["model"] = m
     return out
-
-
-def run_gensim(s: Setting, K: int) -> dict:
-    from gensim.models import LdaModel
-
-    bows = s.bows()
-    c0, t0 = cpu_seconds(), time.perf_counter()
-    lda = LdaModel(corpus=bows, id2word=dict(enumerate(s.vocab.words)), num_topics=K, chunksize=BATCH, passes=1,
-                   update_every=1, decay=0.7, offset=10.0, eval_every=None, random_state=0)
-    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-    lam = lda.state.get_lambda()
-    return _result(s, wall, cpu, s.score(lam / lam.sum(axis=1, keepdims=True), float(np.mean(lda.alpha))))
-
-
-def run_sklearn(s: Setting, K: int) -> dict:
-    from sklearn.decomposition import LatentDirichletAllocation
-
-    X = s.csr()
-    lda = LatentDirichletAllocation(n_components=K, learning_method="online", batch_size=BATCH,
-                                    total_samples=s.n_docs, learning_decay=0.7, learning_offset=10.0,
-                                    random_state=0, n_jobs=1)
-    c0, t0 = cpu_seconds(), time.perf_counter()
-    for lo in range(0, s.n_docs, BATCH):
-        lda.partial_fit(X[lo:lo + BATCH])
-    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-    comp = lda.components_
-    return _result(s, wall, cpu, s.score(comp / comp.sum(axis=1, keepdims=True), 1.0 / K))
-
-
-def run_vw(s: Setting, K: int) -> dict:
-    """Vowpal Wabbit's C++ online VB (``--lda``), fed a text file of word:count lines (the
-    parse is inside the clock, as tokens-to-topics is for everyone else)."""
-    import vowpalwabbit
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "train.vw")
-        with open(path, "w") as fh:
-            for d in s.train:
-                counts: dict[str, int] = {}
-                for w in d:
-                    counts[w] = counts.get(w, 0) + 1
-                fh.write("| " + " ".join(f"{w}:{c}" for w, c in counts.items()) + "\n")
-        c0, t0 = cpu_seconds(), time.perf_counter()
-        vw = vowpalwabbit.Workspace(f"--lda {K} --lda_D {s.n_docs} --minibatch {BATCH} -b 20 --quiet -d {path}")
-        vw.run_parser()
-        wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
-        ns = vw.hash_space("")
-        lam = np.empty((K, len(s.vocab)))
-        for j, w in enumerate(s.vocab.words):
-            h = vw.hash_feature(w, ns)
-            lam[:, j] = [vw.get_weight(h, k) for k in range(K)]
-        vw.finish()
-    return _result(s, wall, cpu, s.score(lam / lam.sum(axis=1, keepdims=True), 0.1))
 
 
 PEERS = {
