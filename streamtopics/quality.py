@@ -47,7 +47,7 @@ def top_word_ids(weights: np.ndarray, n: int) -> np.ndarray:
         return np.zeros((K, 0), dtype=np.int64)
     w = weights if weights.flags.c_contiguous and weights.dtype == np.float64 else \
         np.ascontiguousarray(weights, dtype=np.float64)
-    return _top_n(w, n)
+    return _top_n_rows(w, np.arange(w.shape[0]), n)
 
 
 def top_word_ids_rows(weights: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
@@ -64,6 +64,9 @@ def top_word_ids_rows(weights: np.ndarray, rows: np.ndarray, n: int) -> np.ndarr
 
 @njit(cache=True, nogil=True)
 def _top_n_rows(w, rows, n):
+    """Per column, keep the n best (value desc, id asc) of the given rows in a sorted buffer; rows
+    are read in order and compared with a contiguous array of the columns' current n-th best values
+    (ties keep the lower id, seen first, when rows are ascending)."""
     K = w.shape[1]
     ids = np.full((K, n), -1, dtype=np.int64)
     vals = np.full((K, n), -np.inf)
@@ -85,29 +88,6 @@ def _top_n_rows(w, rows, n):
     return ids
 
 
-@njit(cache=True, nogil=True)
-def _top_n(w, n):
-    """Per column, keep the n best (value desc, id asc) in a sorted buffer; rows are read in
-    order and compared with a contiguous array of the columns' current n-th best values."""
-    V, K = w.shape
-    ids = np.full((K, n), -1, dtype=np.int64)
-    vals = np.full((K, n), -np.inf)
-    thr = np.full(K, -np.inf)
-    for v in range(V):
-        row = w[v]
-        for k in range(K):
-            x = row[k]
-            if x <= thr[k]:   # ties keep the lower id (seen first)
-                continue
-            j = n - 1
-            while j > 0 and vals[k, j - 1] < x:
-                vals[k, j] = vals[k, j - 1]
-                ids[k, j] = ids[k, j - 1]
-                j -= 1
-            vals[k, j] = x
-            ids[k, j] = v
-            thr[k] = vals[k, n - 1]
-    return ids
 
 
 def topic_diversity(top_ids: np.ndarray, n: int = 25) -> float:
