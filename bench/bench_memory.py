@@ -28,13 +28,11 @@ import atexit
 import json
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from tempfile import mkdtemp
 
@@ -44,17 +42,14 @@ from kafka import KafkaProducer
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from daemon_probe import free_port, scrape_metrics  # noqa: E402
 
 from streamtopics.corpora import load_default_corpus  # noqa: E402
 from streamtopics.stream.broker import EmbeddedBroker, create_topics  # noqa: E402
 
 RESULTS = Path(__file__).with_name("results")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rss_mib(pid: int) -> float:
@@ -63,21 +58,6 @@ def _rss_mib(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024.0
     return 0.0
-
-
-def _metric(url: str, names: tuple[str, ...]) -> dict[str, float]:
-    out = {}
-    try:
-        with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith("#"):
-                    continue
-                parts = line.rsplit(" ", 1)
-                if len(parts) == 2 and parts[0] in names:
-                    out[parts[0]] = float(parts[1])
-    except OSError:
-        pass
-    return out
 
 
 def _newest_snapshot(d: Path) -> tuple[str, int]:
@@ -121,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     broker.start()
     atexit.register(broker.cleanup)
     create_topics(broker.bootstrap, {"mem-in": 1, "mem-out": 1, "mem-dlq": 1})
-    port = _free_port()
+    port = free_port()
     snaps = work / "snaps"
     env = dict(os.environ, PYTHONPATH=str(source),
                STREAMTOPICS_KAFKA__BOOTSTRAP_SERVERS=broker.bootstrap,
@@ -165,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     samples = []
     t0 = time.monotonic()
     deadline = t0 + args.max_minutes * 60
-    while not _metric(url, ("streamtopics_ready",)) and time.monotonic() < t0 + 180:
+    while not scrape_metrics(url, ("streamtopics_ready",)) and time.monotonic() < t0 + 180:
         if proc.poll() is not None:
             print(log_path.read_text()[-3000:])
             return 1
@@ -180,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             if proc.poll() is not None:
                 print("daemon died:\n" + log_path.read_text()[-3000:])
                 return 1
-            m = _metric(url, ("streamtopics_documents_total",))
+            m = scrape_metrics(url, ("streamtopics_documents_total",))
             now = time.monotonic()
             n_docs = m.get("streamtopics_documents_total", last_docs)
             processed[0] = n_docs

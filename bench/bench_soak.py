@@ -30,13 +30,11 @@ import atexit
 import json
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from tempfile import mkdtemp
 
@@ -46,17 +44,14 @@ from kafka import KafkaProducer
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from daemon_probe import free_port, scrape_metrics  # noqa: E402
 
 from streamtopics.corpora import load_default_corpus  # noqa: E402
 from streamtopics.stream.broker import EmbeddedBroker, create_topics  # noqa: E402
 
 RESULTS = Path(__file__).with_name("results")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _toml(d: dict) -> str:
@@ -91,21 +86,6 @@ def _proc_stats(pid: int) -> tuple[float, int, int]:
     return rss_kb / 1024.0, fds, threads
 
 
-def _metric(url: str, names: tuple[str, ...]) -> dict[str, float]:
-    out = {}
-    try:
-        with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith("#"):
-                    continue
-                parts = line.rsplit(" ", 1)
-                if len(parts) == 2 and parts[0] in names:
-                    out[parts[0]] = float(parts[1])
-    except OSError:
-        pass
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=1_000_000)
@@ -133,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     broker.start()
     atexit.register(broker.cleanup)
     create_topics(broker.bootstrap, {"soak-in": 1, "soak-out": 1, "soak-dlq": 1})
-    port = _free_port()
+    port = free_port()
     cfg = {
         "kafka": {"bootstrap_servers": broker.bootstrap, "group_id": "soak", "create_topics": False},
         "topics": {"input": "soak-in", "output": "soak-out", "dead_letter": "soak-dlq"},
@@ -187,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     deadline = t0 + args.max_minutes * 60
     # Wait for the daemon's endpoint, then stream.
-    while not _metric(url, ("streamtopics_ready",)) and time.monotonic() < t0 + 120:
+    while not scrape_metrics(url, ("streamtopics_ready",)) and time.monotonic() < t0 + 120:
         if proc.poll() is not None:
             print(log_path.read_text()[-3000:])
             return 1
@@ -202,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             if proc.poll() is not None:
                 print("daemon died:\n" + log_path.read_text()[-3000:])
                 return 1
-            m = _metric(url, ("streamtopics_documents_total", "streamtopics_vocabulary_size",
+            m = scrape_metrics(url, ("streamtopics_documents_total", "streamtopics_vocabulary_size",
                               "streamtopics_dead_letters_total"))
             now = time.monotonic()
             docs = m.get("streamtopics_documents_total", last_docs)
