@@ -46,7 +46,8 @@ sys.path.insert(0, str(ROOT))
 
 from streamtopics.config import Config  # noqa: E402
 from streamtopics.corpora import load_default_corpus  # noqa: E402
-from streamtopics.daemon import Daemon, model_from_config  # noqa: E402
+from streamtopics.config import model_from_config
+from streamtopics.daemon import Daemon  # noqa: E402
 from streamtopics.logs import setup_logging  # noqa: E402
 from streamtopics.stream.broker import EmbeddedBroker, create_topics  # noqa: E402
 

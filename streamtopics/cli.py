@@ -62,7 +62,7 @@ def _dump_toml(d: dict[str, dict[str, Any]]) -> str:
 
 def _load_config_or_exit(path: str):
     from .config import ConfigError, load_config
-    from .daemon import check_daemon_config
+    from .config import check_daemon_config
 
     try:
         cfg = load_config(path)

@@ -55,8 +55,14 @@ import numpy as np
 from kafka import TopicPartition
 
 from . import __version__
-from .config import Config, ConfigError, ModelConfig
-from .engines.alias import default_tries
+from .config import (
+    Config,
+    ConfigError,
+    check_daemon_config,
+    model_from_config,
+    param_differences,
+    prequential_window,
+)
 from .explore import TopicExplorer
 from .metrics import PROPOSALS, Metrics, MetricsServer
 from .model import TopicModel
@@ -79,7 +85,7 @@ from .stream.codec import (
 from .stream.consumer import BatchingConsumer, RecordBatch
 from .stream.producer import OutMessage, PublishJob, PublishPipeline, Publisher
 
-__all__ = ["Daemon", "SnapshotStore", "check_daemon_config", "model_from_config", "ensure_topics"]
+__all__ = ["Daemon", "SnapshotStore", "ensure_topics"]
 
 log = logging.getLogger(__name__)
 
@@ -91,54 +97,6 @@ SNAPSHOT_ACK_WAIT_S = 5.0  # a due snapshot waits this long for acknowledgements
 
 
 # --------------------------------------------------------------------------- configuration
-
-
-def check_daemon_config(cfg: Config) -> list[str]:
-    """Settings the configuration schema accepts but this daemon cannot run yet."""
-    from .model import ENGINES
-
-    errs = []
-    if cfg.model.engine not in ENGINES:
-        errs.append(f'config error: model.engine = "{cfg.model.engine}" is not available in this version '
-                    f"(allowed: {', '.join(ENGINES)})")
-    return errs
-
-
-def model_from_config(m: ModelConfig) -> TopicModel:
-    """A fresh TopicModel with the ``[model]`` settings."""
-    return TopicModel(
-        n_topics=m.n_topics, engine=m.engine, sparsity=m.sparsity, update=m.update,
-        alpha=m.alpha or "auto", beta=m.beta, seed=m.seed, delay=m.delay, forgetting_rate=m.forgetting_rate,
-        rho_min=m.rho_min, corpus_size=m.corpus_size or None, memo_window=m.memo_window,
-        max_iter=m.max_local_iters, tol=m.local_tol, restarts=m.restarts, vocab_cap=m.vocab_cap,
-        vocab_policy=m.vocab_policy, min_word_len=m.min_word_len, stopwords=m.stopwords, segmentation=m.segmentation,
-        supervision=None if m.supervision == "none" else m.supervision, sup_c=m.sup_c or None,
-        sup_ell=m.sup_ell or None, sup_epsilon=m.sup_epsilon or None, sup_prior_var=m.sup_prior_var or None,
-        sup_decay=m.sup_decay, burn_in=m.burn_in, sample_sweeps=m.sample_sweeps, mh_steps=m.mh_steps,
-        tries=_alias_tries(m), threads=m.threads or None)
-
-
-def prequential_window(cfg: Config) -> int:
-    """Documents the prequential accuracy averages over: ``metrics.prequential_window``;
-    the older ``model.prequential_window`` still counts where only it was changed."""
-    default = type(cfg.metrics)().prequential_window
-    if cfg.metrics.prequential_window == default and cfg.model.prequential_window != default:
-        return cfg.model.prequential_window
-    return cfg.metrics.prequential_window
-
-
-def _alias_tries(m: ModelConfig) -> tuple[int, int] | None:
-    """Config tries/doc_tries (0 = auto) as the model's (word, doc) pair; None keeps the library default."""
-    if not (m.tries or m.doc_tries):
-        return None
-    word, doc = default_tries(m.n_topics)
-    return m.tries or word, m.doc_tries or doc
-
-
-def _param_differences(model: TopicModel, m: ModelConfig) -> dict[str, tuple[Any, Any]]:
-    fresh = model_from_config(m).get_params()
-    have = model.get_params()
-    return {k: (have.get(k), v) for k, v in fresh.items() if have.get(k) != v}
 
 
 # --------------------------------------------------------------------------- topics
@@ -472,7 +430,7 @@ class Daemon:
         self._dirty = False
         created = info.get("created")
         self.metrics.snapshot_succeeded(None, at=float(created) if created else None)
-        diffs = _param_differences(model, self.cfg.model)
+        diffs = param_differences(model, self.cfg.model)
         log.info("model loaded from snapshot", extra={
             "path": str(path), "version": model.version, "docs_seen": model.state.docs_seen,
             "offsets": self.offsets, "vocabulary": len(model.vocab), "lineage": self.lineage.id,

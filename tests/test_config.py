@@ -299,7 +299,7 @@ def test_config_is_immutable():
 
 def test_alias_settings_reach_the_model():
     """The [model] alias keys build the engine the daemon runs (0 = the library's auto choice)."""
-    from streamtopics.daemon import model_from_config
+    from streamtopics.config import model_from_config
 
     base = {"model": {"engine": "alias", "n_topics": 512, "burn_in": 1, "sample_sweeps": 2, "mh_steps": 3}}
     m = model_from_config(Config.from_dict(base).model)
@@ -315,7 +315,7 @@ def test_alias_settings_reach_the_model():
 
 def test_input_format_and_segmentation_keys():
     """issue 14: input.format (msgpack | json | auto) and model.segmentation reach the daemon's parts."""
-    from streamtopics.daemon import model_from_config
+    from streamtopics.config import model_from_config
 
     cfg = load_config(None, env={"STREAMTOPICS_INPUT__FORMAT": "auto", "STREAMTOPICS_MODEL__SEGMENTATION": "cjk_bigrams"})
     assert cfg.input.format == "auto" and cfg.model.segmentation == "cjk_bigrams"

@@ -31,7 +31,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from streamtopics import load_snapshot
 from streamtopics.config import Config, ConfigError
 from streamtopics.corpora import load_reuters_r8
-from streamtopics.daemon import Daemon, check_daemon_config
+from streamtopics.config import check_daemon_config
+from streamtopics.daemon import Daemon
 from streamtopics.service.ledger import OffsetLedger
 from streamtopics.stream.broker import EmbeddedBroker, create_topics
 from streamtopics.stream.codec import decode_dead_letter, decode_prediction

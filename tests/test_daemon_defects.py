@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from streamtopics.config import Config
-from streamtopics.daemon import Daemon, model_from_config
+from streamtopics.config import model_from_config
+from streamtopics.daemon import Daemon
 from streamtopics.stream.codec import Document
 
 GOOD = [

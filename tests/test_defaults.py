@@ -107,7 +107,7 @@ def test_alpha_auto_is_learned_and_saved(tmp_path):
 def test_library_config_and_daemon_defaults_are_one():
     """The daemon's model from the packaged config equals TopicModel() with its defaults."""
     from streamtopics.cli import DEFAULT_CONFIG
-    from streamtopics.daemon import model_from_config
+    from streamtopics.config import model_from_config
 
     assert DEFAULT_CONFIG.is_file() and DEFAULT_CONFIG.parent.name == "data"
     assert (ROOT / "config" / "streamtopics.toml").resolve() == DEFAULT_CONFIG.resolve()
