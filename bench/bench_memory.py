@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from daemon_probe import free_port, scrape_metrics  # noqa: E402
 
 from streamtopics.corpora import load_default_corpus  # noqa: E402
-from streamtopics.stream.broker import EmbeddedBroker, create_topics  # noqa: E402
+from streamtopics.testing.broker import EmbeddedBroker, create_topics  # noqa: E402
 
 RESULTS = Path(__file__).with_name("results")
 

@@ -168,7 +168,7 @@ def daemon_cost(rounds: int = 2) -> dict:
 
     from streamtopics.config import Config
     from streamtopics.daemon import Daemon
-    from streamtopics.stream.broker import EmbeddedBroker, create_topics
+    from streamtopics.testing.broker import EmbeddedBroker, create_topics
 
     root = Path(__file__).resolve().parents[1]
     docs = load_20newsgroups("train", order="shuffled", seed=0)

@@ -293,7 +293,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         _err(f"error: {exc}")
         return EXIT_USAGE
     if not args.no_create:
-        from .stream.broker import create_topics
+        from .testing.broker import create_topics
 
         try:
             got = create_topics(args.bootstrap, {args.topic: args.partitions})
@@ -379,7 +379,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     interrupted = False
     try:
         from .corpora import load_default_corpus
-        from .stream.broker import BrokerUnavailable, EmbeddedBroker, create_topics
+        from .testing.broker import BrokerUnavailable, EmbeddedBroker, create_topics
 
         print(s.bold("streamtopics demo") + s.dim("  (Ctrl-C stops everything it started)"), flush=True)
         try:  # validate before starting anything

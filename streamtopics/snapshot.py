@@ -28,7 +28,22 @@ import crc32c
 import msgpack
 import numpy as np
 
-from .stream import faults as _faults  # test-only fault points (no-ops unless STREAMTOPICS_FAULT is set)
+
+# Callables told the named points inside an atomic write ("snapshot_write", "snapshot_mid_write",
+# "snapshot_before_rename", "snapshot_after_rename"); the daemon subscribes its fault hooks here.
+_write_hooks: list = []
+
+
+def add_write_hook(fn) -> None:
+    """Call ``fn(point)`` at each named point of ``write_snapshot`` (idempotent per callable)."""
+    if fn not in _write_hooks:
+        _write_hooks.append(fn)
+
+
+def _point(name: str) -> None:
+    for fn in _write_hooks:
+        fn(name)
+
 
 MAGIC = b"STOPICS\x00"
 TRAILER_MAGIC = b"STEND\x00\x00\x00"
@@ -130,19 +145,19 @@ def write_snapshot(path: str | os.PathLike, header: dict, arrays: dict[str, np.n
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
-            _faults.hit("snapshot_write")
+            _point("snapshot_write")
             half = len(chunks) // 2
             for i, c in enumerate(chunks):
                 if i == half:
                     f.flush()
-                    _faults.hit("snapshot_mid_write")
+                    _point("snapshot_mid_write")
                 f.write(c)
             f.flush()
             os.fsync(f.fileno())
-        _faults.hit("snapshot_before_rename")
+        _point("snapshot_before_rename")
         os.replace(tmp, path)
         tmp = None
-        _faults.hit("snapshot_after_rename")
+        _point("snapshot_after_rename")
         dfd = os.open(path.parent, os.O_RDONLY)
         try:
             os.fsync(dfd)

@@ -20,7 +20,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from streamtopics.stream.broker import EmbeddedBroker, create_topics  # noqa: E402
+from streamtopics.testing.broker import EmbeddedBroker, create_topics  # noqa: E402
 
 
 @pytest.fixture(scope="session")

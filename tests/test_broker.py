@@ -16,7 +16,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from streamtopics.stream import broker as broker_mod
-from streamtopics.stream.broker import (
+from streamtopics.testing.broker import (
     BrokerStartError,
     BrokerUnavailable,
     EmbeddedBroker,
@@ -179,7 +179,7 @@ def test_fixed_port_in_use_fails_fast_with_clear_error(broker):
 
 def test_forgotten_broker_dies_with_its_python_process():
     code = (
-        "from streamtopics.stream.broker import EmbeddedBroker\n"
+        "from streamtopics.testing.broker import EmbeddedBroker\n"
         "b = EmbeddedBroker().start()\n"
         "print(b.pid, b.port, flush=True)\n"
     )  # exits without stop(): the exit hook must kill tansu
@@ -193,7 +193,7 @@ def test_forgotten_broker_dies_with_its_python_process():
 
 def test_module_cli_prints_bootstrap_and_stops_on_sigterm():
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamtopics.stream.broker"], cwd=ROOT,
+        [sys.executable, "-m", "streamtopics.testing.broker"], cwd=ROOT,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
@@ -337,7 +337,7 @@ def test_broker_dies_when_its_owner_is_killed_with_sigkill():
     (before issue 14 it stayed up, orphaned and listening)."""
     code = (
         "import time\n"
-        "from streamtopics.stream.broker import EmbeddedBroker\n"
+        "from streamtopics.testing.broker import EmbeddedBroker\n"
         "b = EmbeddedBroker().start()\n"
         "print(b.pid, b.port, flush=True)\n"
         "time.sleep(120)\n"

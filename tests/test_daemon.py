@@ -33,8 +33,7 @@ from streamtopics.config import Config, ConfigError
 from streamtopics.corpora import load_reuters_r8
 from streamtopics.config import check_daemon_config
 from streamtopics.daemon import Daemon
-from streamtopics.service.ledger import OffsetLedger
-from streamtopics.stream.broker import EmbeddedBroker, create_topics
+from streamtopics.testing.broker import EmbeddedBroker, create_topics
 from streamtopics.stream.codec import decode_dead_letter, decode_prediction
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -418,63 +417,6 @@ def test_daemon_started_before_the_broker_waits_for_it(tmp_path):
     finally:
         b.cleanup()
 
-
-def test_assignment_during_a_batch_resumes_after_that_batch(tmp_path):
-    """The prefetch poll inside a batch can run a rebalance: the partition being learned must
-    resume after the batch (it will be learned), the others at the model's offsets, and a log
-    reset found meanwhile must not record the old log's offset."""
-    cfg = Config.from_dict({"snapshot": {"dir": str(tmp_path)}, "topics": {"input": "docs"}}, env={})
-    d = Daemon(cfg, serve_metrics=False)
-    d.model = object()  # loaded; snapshot adoption must not run mid-batch
-    d.ledger = OffsetLedger.from_offsets({"docs:0": 100, "docs:1": 40})
-    d.last_snapshot = tmp_path / "loaded"  # a lineage with a snapshot: unseen partitions follow the group
-    d._in_batch = ("docs:0", 150)
-    assert d._start_offset(TopicPartition("docs", 0)) == 150
-    assert d._start_offset(TopicPartition("docs", 1)) == 40
-    assert d._start_offset(TopicPartition("docs", 2)) is None
-    d._on_reset(TopicPartition("docs", 0), 150, 7)
-    # The batch in flight is not recorded; the log is re-read from its start, and whether it is
-    # a new log (new epoch) is decided when its records arrive (the ledger's fingerprints).
-    assert d._in_batch[0] is None and "docs:0" in d._reread
-    d._in_batch = None
-    assert d._start_offset(TopicPartition("docs", 0)) == 0
-
-
-
-class _Ids:
-    """The consumer's view of topic ids (kafka-python's cached metadata), set by the test."""
-
-    def __init__(self, tid: str) -> None:
-        self.tid = tid
-
-    def topic_id(self, topic: str) -> str:
-        return self.tid
-
-
-def test_log_reset_with_stale_metadata_does_not_relearn_the_new_log(tmp_path):
-    """CI once saw this race: the log was reset (broker restarted), the daemon learned the new
-    log while the consumer's cached metadata still named the old topic id, and the next
-    rebalance took the recorded (old) id for a recreated topic and re-read - learned twice -
-    the new log from its beginning."""
-    cfg = Config.from_dict({"snapshot": {"dir": str(tmp_path)}, "topics": {"input": "docs"}}, env={})
-    d = Daemon(cfg, serve_metrics=False)
-    d.model = object()
-    d.consumer = _Ids("old")
-    d.ledger = OffsetLedger.from_offsets({"docs:0": 100}, topic_ids={"docs": "old"})
-    d._on_reset(TopicPartition("docs", 0), 100, 0)
-    d.ledger.new_epoch("docs:0", None)     # the first records showed other contents: a new log
-    d.ledger.learned("docs:0", 0, 50)      # learned offsets 0..49 of the new log
-    d._reread.clear()
-    d._record_topic_id("docs:0", "docs")   # metadata still stale: must not record "old" again
-    assert d.ledger.topic_id("docs:0") is None
-    d.consumer.tid = "new"            # metadata refreshed; a rebalance asks where to resume
-    assert d._start_offset(TopicPartition("docs", 0)) == 50
-    d._record_topic_id("docs:0", "docs")
-    assert d.ledger.topic_id("docs:0") == "new"
-    d.consumer.tid = "newer"          # a real re-creation later is still noticed
-    assert d._start_offset(TopicPartition("docs", 0)) == 0
-    assert d.ledger.epoch("docs:0") == 2
-    d.consumer = None                 # the daemon's close() must not touch the stand-in
 
 def test_unsupported_settings_are_config_errors(tmp_path):
     from streamtopics.model import ENGINES

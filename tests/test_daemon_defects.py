@@ -1,5 +1,6 @@
 """Daemon defects found by reading the code (issue 14, item 4), each pinned by a test that
-failed before its fix. No broker needed: the daemon's batch steps are called directly."""
+failed before its fix. No broker needed: the batch processor, the prediction encoder and the
+telemetry are called through their public seams."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -9,6 +10,8 @@ import numpy as np
 from streamtopics.config import Config
 from streamtopics.config import model_from_config
 from streamtopics.daemon import Daemon
+from streamtopics.service.predictions import PredictionEncoder
+from streamtopics.service.processor import BatchProcessor, Decoded
 from streamtopics.stream.codec import Document
 
 GOOD = [
@@ -51,27 +54,19 @@ def test_model_error_retry_does_not_count_the_batch_twice(tmp_path):
     fix the vocabulary counts of the good words were counted twice and 'poisonword' stayed in
     the vocabulary (checked: this test failed on the old code)."""
     cfg = _cfg(tmp_path)
-    d = Daemon(cfg, serve_metrics=False)
-    d.consumer = SimpleNamespace(prefetch=lambda: None)
     model = _poisoned(model_from_config(cfg.model))
     ref = model_from_config(cfg.model)
     for m in (model, ref):  # the same first batch (initialises the topics)
         m.process(m.prepare(m.tokenize(FIRST)), learn=True, batch_key="k0")
 
     texts = GOOD[:2] + ["poisonword " + GOOD[2]]
-    docs = [Document(str(i), t, None, None, None, None, None) for i, t in enumerate(texts)]
-    srcs = [(SimpleNamespace(topic="docs", partition=0, offset=i, value=b"x"), None) for i in range(3)]
-    dead: list = []
-    stages = {"decode": 0.0, "predict": 0.0, "learn": 0.0}
-    version = model.version
-    try:
-        d._model_step(model, texts, [0, 1, 2], "k1", stages)
-        raise AssertionError("the poisoned batch should raise")
-    except ValueError as exc:
-        keep, empty, theta, n_tokens, sup = d._model_failure(model, texts, "k1", stages, exc, version,
-                                                             docs, srcs, dead)
-    assert [dl.reason for dl in dead] == ["model_error"] and dead[0].offset == 2
-    assert keep == [0, 1] and theta.shape[0] == 2
+    records = [SimpleNamespace(topic="docs", partition=0, offset=i, value=b"x", timestamp=0) for i in range(3)]
+    decoded = [Decoded([Document(str(i), t, None, None, None, None, None)], [], [None])
+               for i, t in enumerate(texts)]
+    out = BatchProcessor("none").run(model, records, decoded, "k1")
+    assert isinstance(out.error, ValueError)  # the poisoned batch raised, and was narrowed down
+    assert [dl.reason for dl in out.dead] == ["model_error"] and out.dead[0].offset == 2
+    assert out.step.keep == [0, 1] and out.step.theta.shape[0] == 2 and out.ids == ["0", "1"]
 
     ref.process(ref.prepare(ref.tokenize(GOOD[:2])), learn=True, batch_key="k1")
     assert model.vocab.words == ref.vocab.words  # 'poisonword' and the third text's words are gone
@@ -86,10 +81,9 @@ def test_prediction_scores_use_the_batch_label_names_not_the_live_model(tmp_path
     added labels or swapped the model (adopting a snapshot): scores could be paired with the
     wrong names. The batch now carries the names its scores are over (checked: failed on the
     old code, which had no way to pass them and read the live model)."""
-    d = Daemon(_cfg(tmp_path), serve_metrics=False)
-    d.model = SimpleNamespace(label_names=["grain", "oil", "trade"])  # the live model moved on
+    encoder = PredictionEncoder.from_config(_cfg(tmp_path))  # reads nothing live: every value is passed
     sup = (np.array([[0.9, 0.1], [0.2, 0.8]]), ["acq", "earn"])
-    out = d._encode_batch([], ["a", "b"], np.full((2, 4), 0.25), 7, 0.0, sup, ["acq", "earn"])
+    out = encoder.encode([], ["a", "b"], np.full((2, 4), 0.25), 7, 0.0, sup, ["acq", "earn"])
     from streamtopics.stream.codec import decode_prediction
 
     preds = [decode_prediction(m.value) for m in out]
@@ -100,5 +94,5 @@ def test_prediction_scores_use_the_batch_label_names_not_the_live_model(tmp_path
 def test_metrics_prequential_window_is_read(tmp_path):
     """``[metrics] prequential_window`` was never read (the window came from the model
     section only). Checked: failed on the old code (maxlen 1000)."""
-    assert Daemon(_cfg(tmp_path, prequential_window=7), serve_metrics=False)._prequential.maxlen == 7
-    assert Daemon(_cfg(tmp_path), serve_metrics=False)._prequential.maxlen == 1000
+    assert Daemon(_cfg(tmp_path, prequential_window=7), serve_metrics=False).telemetry.prequential.maxlen == 7
+    assert Daemon(_cfg(tmp_path), serve_metrics=False).telemetry.prequential.maxlen == 1000

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from streamtopics.metrics import METRIC_NAMES
-from streamtopics.stream.broker import find_tansu
+from streamtopics.testing.broker import find_tansu
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -30,7 +30,7 @@ from streamtopics.corpora import load_reuters_r8
 from streamtopics.daemon import Daemon
 from streamtopics.explore import TopicExplorer
 from streamtopics.quality import top_word_ids
-from streamtopics.stream.broker import create_topics
+from streamtopics.testing.broker import create_topics
 
 ROOT = Path(__file__).resolve().parents[1]
 _20NG = os.environ.get("STREAMTOPICS_EXPLORER_CORPUS") == "20ng"

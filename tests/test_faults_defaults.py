@@ -39,8 +39,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from streamtopics import load_snapshot
 from streamtopics.config import Config
 from streamtopics.service.checkpoint import DirectoryLock
-from streamtopics.stream.broker import EmbeddedBroker
-from streamtopics.stream.faults import ENV
+from streamtopics.testing.broker import EmbeddedBroker
+from streamtopics.testing.faults import ENV
 
 from test_daemon import (  # noqa: E402 - the daemon tests' helpers (tests/ is on sys.path)
     ROOT,

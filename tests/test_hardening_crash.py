@@ -1,7 +1,7 @@
 """Crash anywhere: SIGKILL the daemon subprocess at named points of its cycle, restart, compare.
 
 The daemon runs as ``python -m streamtopics.cli run`` against the real bundled broker
-(tansu, loopback). ``STREAMTOPICS_FAULT=point:n[:action]`` (``streamtopics.stream.faults``)
+(tansu, loopback). ``STREAMTOPICS_FAULT=point:n[:action]`` (``streamtopics.testing.faults``)
 SIGKILLs the process the n-th time it reaches ``point``. One test = one chain of runs over
 the same topics and snapshot directory: each run dies at its point, the next one resumes
 from the newest valid snapshot. A last clean run finishes the input; then
@@ -25,8 +25,7 @@ import pytest
 
 from streamtopics.config import Config
 from streamtopics.daemon import SnapshotStore
-from streamtopics.metrics import Metrics
-from streamtopics.stream.faults import ENV, POINTS
+from streamtopics.testing.faults import ENV, POINTS
 
 from test_daemon import (  # noqa: E402 - the daemon tests' helpers (tests/ is on sys.path)
     BATCH,
@@ -60,7 +59,7 @@ N_MAX = 3000
 
 
 def _newest_offset(snaps: Path, topic: str) -> int:
-    found = SnapshotStore(snaps, 100, Metrics()).load_newest()
+    found = SnapshotStore(snaps, 100).load_newest()
     return 0 if found is None else int(found[0].snapshot_info["offsets"].get(f"{topic}:0", 0))
 
 

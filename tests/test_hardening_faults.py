@@ -1,7 +1,7 @@
 """Broker loss, disk faults and a model that raises, against the real bundled broker.
 
 In-process daemons (``Daemon.run`` on a thread), real tansu on loopback. Disk faults and
-model failures are injected with ``streamtopics.stream.faults`` (``OSError(ENOSPC)`` and
+model failures are injected with ``streamtopics.testing.faults`` (``OSError(ENOSPC)`` and
 ``OSError(EROFS)`` raised inside the snapshot writer; running as root, a read-only
 directory cannot be made with chmod) or by a tokenizer-level poison word.
 """
@@ -17,8 +17,8 @@ from streamtopics import load_snapshot
 from streamtopics.config import Config
 from streamtopics.daemon import Daemon
 from streamtopics.model import TopicModel
-from streamtopics.stream import faults
-from streamtopics.stream.broker import EmbeddedBroker
+from streamtopics.testing import faults
+from streamtopics.testing.broker import EmbeddedBroker
 from streamtopics.stream.codec import decode_dead_letter, decode_prediction
 
 from test_daemon import (  # noqa: E402 - the daemon tests' helpers
@@ -108,14 +108,14 @@ def test_missing_topics_are_created_with_the_configured_partitions_and_counted(t
         topics = {"input": "docs2", "output": "preds2", "dead_letter": "dlq2"}
         cfg = _cfg(b.bootstrap, topics, tmp_path / "snaps", kafka={"create_topics": True, "input_partitions": 2})
         d = Daemon(cfg, serve_metrics=False)
-        d._ensure_topics(timeout_s=5.0)
+        d.session.ensure_topics(timeout_s=5.0)
         assert _partitions(b.bootstrap, list(topics.values())) == {"docs2": 2, "preds2": 2, "dlq2": 1}
         assert d.metrics.topic_creations._value.get() == 1
-        d._ensure_topics(timeout_s=5.0)  # all there: nothing created, nothing counted
+        d.session.ensure_topics(timeout_s=5.0)  # all there: nothing created, nothing counted
         assert d.metrics.topic_creations._value.get() == 1
         # Clients of a daemon that creates its topics never auto-create them (real Kafka honours it).
-        assert d._consumer_kwargs()["allow_auto_create_topics"] is False
-        assert d._producer_kwargs()["allow_auto_create_topics"] is False
+        assert d.session.consumer_kwargs()["allow_auto_create_topics"] is False
+        assert d.session.producer_kwargs()["allow_auto_create_topics"] is False
     finally:
         b.cleanup()
 
@@ -141,7 +141,7 @@ def test_disk_full_and_read_only_keep_the_previous_snapshots_and_alert(broker, f
         assert s[("streamtopics_documents_total", ())] == 200 and d.status()["ready"]
 
         injector("snapshot_write:1+:erofs")  # remounted read-only
-        d._snapshot_retry_at = 0.0  # do not wait the 30 s retry pause in a test
+        d.checkpoints.retry_at = 0.0  # do not wait the 30 s retry pause in a test
         _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in docs[200:250]])
         _wait(lambda: _consumed(d, topics["input"], 250), 60, "documents on a read-only disk")
         _wait(lambda: _samples(url)[("streamtopics_snapshot_failures_total", (("reason", "permission"),))] >= 1,
@@ -226,7 +226,7 @@ def test_topic_recreated_while_the_daemon_was_down_is_read_from_its_beginning(tm
         assert first.snapshot_info["offsets"] == {"docs:0": 100}
         assert first.snapshot_info["extra"]["daemon"]["topic_ids"].get("docs")
         b.restart(grace_s=0)
-        from streamtopics.stream.broker import create_topics
+        from streamtopics.testing.broker import create_topics
         create_topics(b.bootstrap, {"docs": 1, "preds": 1, "dlq": 1})
         new = _docs(150, 100)
         _produce(b.bootstrap, "docs", [msgpack.packb(x) for x in new])

@@ -101,10 +101,10 @@ class Lineage:
 class SnapshotStore:
     """The snapshot directory: newest-valid loading, atomic writes, keep the last R."""
 
-    def __init__(self, directory: str | os.PathLike, keep: int, metrics=None) -> None:
+    def __init__(self, directory: str | os.PathLike, keep: int, on_load_failed=None) -> None:
         self.dir = Path(directory)
         self.keep = max(1, int(keep))
-        self.metrics = metrics
+        self._on_load_failed = on_load_failed  # called per unusable file (telemetry counts them)
 
     def files(self) -> list[Path]:
         """Snapshot files, newest first (by model version, then modification time)."""
@@ -133,8 +133,8 @@ class SnapshotStore:
             try:
                 model = load_snapshot(path)
             except Exception as exc:  # noqa: BLE001 - SnapshotError, or a header from another program
-                if self.metrics is not None:
-                    self.metrics.snapshot_load_failures.inc()
+                if self._on_load_failed is not None:
+                    self._on_load_failed()
                 log.warning("skipping unusable snapshot", extra={"path": str(path), "error": str(exc)})
                 if skip is not None:
                     skip.add(path.name)

@@ -33,11 +33,13 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka import errors as kerrors
 
-from . import faults
-
 __all__ = ["OutMessage", "PublishAborted", "Publisher"]
 
 log = logging.getLogger(__name__)
+
+
+def _no_point(name: str) -> None:
+    """No listener at a named point."""
 
 # Errors that re-sending the same bytes cannot fix.
 _PERMANENT = (
@@ -74,8 +76,10 @@ class Publisher:
         flush_timeout_s: float = 5.0,
         max_backoff_s: float = 5.0,
         factory: Callable[..., Any] = KafkaProducer,
+        point: Callable[[str], None] | None = None,
     ) -> None:
         self._kwargs = dict(producer_kwargs)
+        self._point = point or _no_point  # named points for the daemon's hooks (fault drills)
         self.max_inflight = max(1, int(max_inflight))
         self.flush_timeout_s = float(flush_timeout_s)
         self.max_backoff_s = float(max_backoff_s)
@@ -181,7 +185,7 @@ class Publisher:
                     break
             # 2. wait for acknowledgements
             if futures:
-                faults.hit("publish_sent")
+                self._point("publish_sent")
             if futures and recreate is None:
                 try:
                     self._ensure().flush(timeout=self.flush_timeout_s)
@@ -274,8 +278,10 @@ class PublishPipeline:
     """
 
     def __init__(self, publisher: Publisher, *, abort: Callable[[], bool], max_pending: int = 10000,
-                 gate: threading.Event | None = None, max_gate_wait_s: float = 0.25) -> None:
+                 gate: threading.Event | None = None, max_gate_wait_s: float = 0.25,
+                 point: Callable[[str], None] | None = None) -> None:
         self.publisher = publisher
+        self._point = point or _no_point
         self._abort = abort
         # While ``gate`` is clear the caller runs GIL-bound Python (tokenizing): publishing then
         # would only slow it down, so wait (bounded) until it runs GIL-free numba kernels again.
@@ -355,11 +361,11 @@ class PublishPipeline:
                 self._gate.wait(self.max_gate_wait_s)
             if not self.failed:
                 try:
-                    faults.hit("publish_build")
+                    self._point("publish_build")
                     if job.build is not None:
                         job.messages = job.build()
                     job.dropped = self.publisher.publish(job.messages, abort=self._abort)
-                    faults.hit("publish_acked")
+                    self._point("publish_acked")
                     job.ok = True
                     job.acked_at, job.acked_mono = time.time(), time.monotonic()
                 except PublishAborted:

@@ -9,7 +9,7 @@ committed offset. Real deployments point the daemon at Apache Kafka instead
         create_topics(broker.bootstrap, {"docs": 2})
         ...
 
-``python -m streamtopics.stream.broker [--port P]`` runs one in the foreground.
+``python -m streamtopics.testing.broker [--port P]`` runs one in the foreground.
 """
 
 from __future__ import annotations
@@ -472,7 +472,7 @@ def _partition_counts(admin, names: list[str], deadline: float) -> dict[str, int
 def main(argv: list[str] | None = None) -> int:
     """Run a broker in the foreground until SIGINT/SIGTERM; print its bootstrap."""
     parser = argparse.ArgumentParser(
-        prog="python -m streamtopics.stream.broker",
+        prog="python -m streamtopics.testing.broker",
         description="Run the embedded tansu broker (memory storage: data is lost on exit).",
     )
     parser.add_argument("--port", type=int, default=None, help="TCP port (default: a free one)")

@@ -1,0 +1,277 @@
+"""The daemon's Kafka session: topics, clients, back-off, and whether the broker is there.
+
+``KafkaSession`` creates the daemon's topics (with the configured partition counts, before any
+client could auto-create them), builds the publisher, the publish pipeline and the batching
+consumer, retries with back-off while the broker is away, re-creates topics a broker lost, and
+counts client re-creations. It runs the read-ahead thread that decodes and tokenizes buffered
+records while the loop is in GIL-free kernels. Everything it observes goes to telemetry hooks.
+
+Kafka errors never end the loop: the broker being away shows as ``streamtopics_broker_up 0``
+and a failing ``/readyz``; polling and publishing retry with backoff, and clients are rebuilt
+after fatal errors.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from ..config import Config
+from ..stream.consumer import BatchingConsumer
+from ..stream.producer import PublishPipeline, Publisher
+
+__all__ = ["KafkaSession", "ensure_topics", "reachable"]
+
+log = logging.getLogger("streamtopics.daemon")
+
+
+def reachable(bootstrap: str, timeout: float = 0.5) -> bool:
+    """Whether any of the bootstrap addresses accepts a TCP connection."""
+    for item in filter(None, (s.strip() for s in bootstrap.split(","))):
+        host, _, port = item.rpartition(":") if item.count(":") == 1 or item.startswith("[") else (item, "", "9092")
+        host = host.strip("[]") or item
+        try:
+            with socket.create_connection((host, int(port or 9092)), timeout=timeout):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def ensure_topics(cfg: Config, timeout_s: float = 15.0, created: list[str] | None = None) -> dict[str, int]:
+    """Create the daemon's topics when missing (before any client could auto-create them).
+
+    Returns the partition count of each topic; the names actually created are appended to
+    ``created``. Raises on failure (the caller retries).
+    """
+    from kafka import KafkaAdminClient
+    from kafka import errors as kerrors
+
+    k, t = cfg.kafka, cfg.topics
+    wanted = {t.input: k.input_partitions, t.output: k.input_partitions, t.dead_letter: 1}
+    if t.snapshots:
+        wanted[t.snapshots] = 1
+    if t.events:
+        wanted[t.events] = 1
+    if not reachable(k.bootstrap_servers):
+        # A KafkaAdminClient that cannot bootstrap leaves its IO thread behind.
+        raise ConnectionError(f"no broker reachable at {k.bootstrap_servers}")
+    ms = int(timeout_s * 1000)
+    admin = KafkaAdminClient(**k.admin_kwargs(), bootstrap_timeout_ms=ms)
+    try:
+        res = admin.create_topics(
+            {name: {"num_partitions": n, "replication_factor": k.replication_factor} for name, n in wanted.items()},
+            timeout_ms=ms, raise_errors=False)
+        for item in res["topics"]:
+            err = kerrors.for_code(item["error_code"])
+            if err is kerrors.NoError and created is not None:
+                created.append(item["name"])
+            if err not in (kerrors.NoError, kerrors.TopicAlreadyExistsError):
+                raise err(f"creating topic {item['name']!r}: {item.get('error_message')}")
+        counts: dict[str, int] = {}
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for d in admin.describe_topics(list(wanted)):
+                if d.get("error_code", 0) == 0 and d.get("partitions"):
+                    counts[d["name"]] = len(d["partitions"])
+            if len(counts) == len(wanted):
+                break
+            time.sleep(0.05)
+    finally:
+        admin.close()
+    for name, n in wanted.items():
+        if name in counts and counts[name] != n and name == t.input:
+            log.warning("input topic has another partition count than configured (it existed already)",
+                        extra={"topic": name, "partitions": counts[name], "configured": n})
+    return counts
+
+
+class KafkaSession:
+    """Topics, clients and back-off of one daemon; see the module docstring.
+
+    ``stop``: the daemon's stop event (ends retries); ``gil_free``: set while the loop runs
+    GIL-free (the publisher and the read-ahead work then); ``tick()``: the loop's heartbeat
+    while waiting; ``point(name)``: the daemon's named hook points.
+    """
+
+    def __init__(self, cfg: Config, telemetry, *, stop: threading.Event, gil_free: threading.Event,
+                 tick: Callable[[], None], point: Callable[[str], None]) -> None:
+        self.cfg = cfg
+        self.telemetry = telemetry
+        self._stop = stop
+        self._gil_free = gil_free
+        self._tick = tick
+        self._point = point
+        self.consumer: BatchingConsumer | None = None
+        self.publisher: Publisher | None = None
+        self.pipeline: PublishPipeline | None = None
+        self._reader: threading.Thread | None = None
+        self._topics_check_at = 0.0   # next check for topics a broker lost (create_topics)
+        self._recreations_seen = {"consumer": 0, "producer": 0}
+
+    # -- clients -------------------------------------------------------------------------
+
+    def producer_kwargs(self) -> dict:
+        kw = self.cfg.kafka.producer_kwargs()
+        # Never block the loop for a minute on metadata while the broker is away.
+        kw.setdefault("max_block_ms", 10000)
+        if self.cfg.kafka.create_topics:
+            # The daemon creates its topics (with the configured partitions), also after a broker
+            # lost them: a client must not auto-create them first (tansu: 4 partitions).
+            kw.setdefault("allow_auto_create_topics", False)
+        return kw
+
+    def consumer_kwargs(self) -> dict:
+        kw = self.cfg.kafka.consumer_kwargs()
+        if self.cfg.kafka.create_topics:
+            kw.setdefault("allow_auto_create_topics", False)
+        return kw
+
+    def connect(self, *, decode: Callable, start_offset: Callable, on_assigned: Callable,
+                on_revoked: Callable, on_reset: Callable) -> None:
+        """Create topics and clients, retrying with backoff while the broker is away."""
+        cfg = self.cfg
+        attempt = 0
+        while not self._stop.is_set():
+            attempt += 1
+            self._tick()
+            try:
+                if cfg.kafka.create_topics:
+                    self.ensure_topics()
+                self.publisher = Publisher(self.producer_kwargs(), max_inflight=cfg.batch.max_inflight_predictions,
+                                           flush_timeout_s=5.0, point=self._point)
+                self.publisher.connect()
+                self.pipeline = PublishPipeline(self.publisher, abort=self._stop.is_set,
+                                                max_pending=cfg.batch.max_inflight_predictions,
+                                                gate=self._gil_free, point=self._point)
+                self.consumer = BatchingConsumer(
+                    self.consumer_kwargs(), cfg.topics.input, max_docs=cfg.batch.max_docs,
+                    max_wait_ms=cfg.batch.max_wait_ms, decode=decode, start_offset=start_offset,
+                    on_assigned=on_assigned, on_revoked=on_revoked, on_reset=on_reset,
+                    on_wait=self._gil_free.set)
+                self.consumer.start()
+                if self._reader is None:
+                    self._reader = threading.Thread(target=self._read_ahead, name="streamtopics-read-ahead",
+                                                    daemon=True)
+                    self._reader.start()
+                log.info("connected to Kafka", extra={"bootstrap": cfg.kafka.bootstrap_servers,
+                                                      "input": cfg.topics.input, "group": cfg.kafka.group_id})
+                return
+            except Exception as exc:  # noqa: BLE001 - broker away, auth, ...: retry
+                self._close_publishing(0)
+                self.telemetry.on_broker(False)
+                self._back_off(attempt, exc)
+
+    def _back_off(self, attempt: int, exc: BaseException) -> None:
+        delay = min(5.0, 0.25 * 2 ** min(attempt, 5))
+        log.warning("cannot reach Kafka; retrying", extra={
+            "bootstrap": self.cfg.kafka.bootstrap_servers, "error": repr(exc), "attempt": attempt,
+            "backoff_s": delay})
+        deadline = time.monotonic() + delay
+        while not self._stop.wait(min(0.5, max(0.0, deadline - time.monotonic()))):
+            self._tick()  # retrying is alive: /healthz stays green, /readyz says not ready
+            if time.monotonic() >= deadline:
+                break
+
+    def ensure_topics(self, timeout_s: float = 15.0) -> None:
+        """Create the topics; an unreachable broker is retried, anything else (say, no permission
+        to create topics on a managed cluster) is logged and start-up goes on: they may exist."""
+        from kafka import errors as kerrors
+
+        created: list[str] = []
+        try:
+            ensure_topics(self.cfg, timeout_s=timeout_s, created=created)
+            if created:
+                self.telemetry.on_topics_created(created)
+                log.log(logging.WARNING if self.consumer is not None else logging.INFO,
+                        "created missing topics", extra={"topics": created})
+                if self.consumer is not None:
+                    self.consumer.refresh_metadata()
+        except (ConnectionError, OSError, kerrors.NoBrokersAvailable, kerrors.KafkaConnectionError,
+                kerrors.KafkaTimeoutError):
+            raise
+        except Exception as exc:  # noqa: BLE001
+            log.error("could not create topics; going on (they may already exist)", extra={"error": repr(exc)})
+
+    # -- health --------------------------------------------------------------------------
+
+    def up(self) -> bool:
+        """Both clients talk to the broker."""
+        return (self.publisher is not None and self.publisher.healthy
+                and self.consumer is not None and self.consumer.connected())
+
+    def check(self, assigned: bool, now: float) -> bool:
+        """Periodic: client re-creations counted, broker state to telemetry, lost topics
+        re-created unless partitions are ``assigned`` and the broker is up. Returns whether
+        the broker is up."""
+        for name, client in (("consumer", self.consumer), ("producer", self.publisher)):
+            n = getattr(client, "recreated", 0) if client is not None else 0
+            if n > self._recreations_seen[name]:
+                self.telemetry.on_client_recreated(name, n - self._recreations_seen[name])
+                self._recreations_seen[name] = n
+        up = self.consumer is not None and self.consumer.connected() and (
+            self.publisher.healthy if self.publisher is not None else False)
+        self.telemetry.on_broker(up, self.cfg.kafka.bootstrap_servers)
+        self._maybe_recreate_topics(now, assigned and up)
+        return up
+
+    def _maybe_recreate_topics(self, now: float, serving: bool) -> None:
+        """While not serving with a broker that answers: topics it lost (tansu restarted) are
+        created again, at most every 5 s (``kafka.create_topics``)."""
+        if not self.cfg.kafka.create_topics or now < self._topics_check_at or serving:
+            return
+        if not (self.consumer is not None and self.consumer.connected()):
+            return
+        self._topics_check_at = now + 5.0
+        self._tick()
+        try:
+            self.ensure_topics(timeout_s=5.0)
+        except Exception as exc:  # noqa: BLE001 - broker away again: next time
+            log.info("topic check failed; retrying later", extra={"error": repr(exc)})
+        self._tick()
+
+    def topic_id(self, topic: str) -> str | None:
+        return self.consumer.topic_id(topic) if self.consumer is not None else None
+
+    # -- read-ahead ----------------------------------------------------------------------
+
+    def _read_ahead(self) -> None:
+        """Decode and tokenize buffered records while the batch loop is GIL-free.
+
+        Tokenizing and decoding are GIL-bound Python on the batch loop's critical path; done
+        here, during the loop's numba kernels (``gil_free`` set), they overlap with them
+        instead. Cached on the consumer's buffered records; batches, offsets and learning are
+        untouched, and anything not done ahead is done by the loop as before.
+        """
+        while not self._stop.is_set():
+            c = self.consumer
+            if c is None or not self._gil_free.wait(0.5):
+                continue
+            try:
+                n = c.decode_ahead()
+            except Exception as exc:  # noqa: BLE001 - never let the helper die silently
+                log.warning("read-ahead failed", extra={"error": repr(exc)})
+                n = 0
+            if not n:
+                c.undecoded.clear()
+                c.undecoded.wait(0.5)
+
+    # -- shutdown ------------------------------------------------------------------------
+
+    def _close_publishing(self, timeout_s: float) -> None:
+        if self.pipeline is not None:
+            self.pipeline.close()
+            self.pipeline = None
+        if self.publisher is not None:
+            self.publisher.close(timeout_s=timeout_s)
+            self.publisher = None
+
+    def close(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.close()
+        if self.publisher is not None:
+            self.publisher.close(timeout_s=5.0)
+        if self.consumer is not None:
+            self.consumer.close()

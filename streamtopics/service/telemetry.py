@@ -1,0 +1,261 @@
+"""Telemetry: every metric, counter, rate and status line of the daemon, as event hooks.
+
+The other service parts say what happened (``on_broker(up)``, ``on_batch_acked(job)``,
+``on_snapshot_failed(exc)``, ...) and never touch a Prometheus object; this class owns the
+``Metrics`` registry (``metrics.py``), the progress counters, the docs/s and tokens/s moving
+averages, the prequential (predict-then-learn) accuracy window and the ``status()`` copy that
+other threads read. It is the faust ``Monitor`` pattern: one observer with hooks, not metric
+calls sprinkled through the loop.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from ..metrics import PROPOSALS, Metrics
+from ..stream.codec import ALL_REASONS
+
+__all__ = ["Telemetry", "RATE_TAU_S", "PROGRESS_LOG_S"]
+
+log = logging.getLogger("streamtopics.daemon")
+
+RATE_TAU_S = 10.0        # time constant of the docs/s and tokens/s moving averages
+PROGRESS_LOG_S = 30.0    # an INFO "progress" line this often
+
+
+class Telemetry:
+    """Hooks that own every metric; see the module docstring."""
+
+    def __init__(self, metrics: Metrics | None = None, *, prequential_window: int = 1000,
+                 track_topics: int = 0) -> None:
+        self.metrics = metrics or Metrics(dead_letter_reasons=sorted(ALL_REASONS))
+        self.track_topics = int(track_topics)
+        self.counts = {"documents": 0, "tokens": 0, "batches": 0, "dead_letters": 0, "predictions": 0}
+        self.dead_by_reason: dict[str, int] = {}
+        self.acked: dict[str, int] = {}  # offsets whose predictions the broker has acknowledged
+        self.first_batch_at: float | None = None  # monotonic clock, for benchmarks and the demo
+        self.last_batch_at: float | None = None
+        self.broker_up = False
+        self.docs_rate = 0.0
+        self.tokens_rate = 0.0
+        self._rate_t = time.monotonic()
+        self._rate_docs = 0
+        self._rate_tokens = 0
+        self._last_progress_log = time.monotonic()
+        self._last_status_words = 0.0
+        self._status: dict[str, Any] = {}
+        self.prequential: deque[bool] = deque(maxlen=prequential_window)
+        self.prequential_accuracy: float | None = None
+        # (documents learned, windowed accuracy) once per batch; bounded for a never-ending stream
+        self.prequential_curve: deque[tuple[int, float]] = deque(maxlen=2000)
+
+    # -- lifecycle and connection ------------------------------------------------------
+
+    def on_start(self, version: str, engine: str, update: str) -> None:
+        self.metrics.set_build_info(version, engine, update)
+        self.metrics.set_broker_up(False)
+        self.metrics.set_ready(False)
+
+    def on_broker(self, up: bool, bootstrap: str | None = None) -> None:
+        """The broker is (un)reachable; logged on changes when ``bootstrap`` is given."""
+        if bootstrap is not None and up != self.broker_up:
+            log.log(logging.INFO if up else logging.WARNING, "broker up" if up else "broker unreachable",
+                    extra={"bootstrap": bootstrap})
+        self.broker_up = up
+        self.metrics.set_broker_up(up)
+
+    def on_ready(self, ok: bool, info: dict | None = None) -> None:
+        if info is not None and ok != self.metrics.is_ready:
+            log.info("ready" if ok else "not ready", extra=info)
+        self.metrics.set_ready(ok)
+
+    @property
+    def ready(self) -> bool:
+        return self.metrics.is_ready
+
+    def on_topics_created(self, names: list[str]) -> None:
+        self.metrics.topic_creations.inc()
+
+    def on_client_recreated(self, client: str, n: int) -> None:
+        self.metrics.client_recreations.labels(client=client).inc(n)
+
+    def on_lag(self, lag: dict[int, int]) -> None:
+        for p, v in lag.items():
+            self.metrics.set_lag(p, v)
+
+    # -- offsets -----------------------------------------------------------------------
+
+    def on_partition_reset(self) -> None:
+        self.metrics.partition_resets.inc()
+
+    def on_quarantined(self, partition: int) -> None:
+        self.metrics.set_quarantined(partition, True)
+
+    def on_revoked(self, partition: int) -> None:
+        self.metrics.forget_partition(partition)
+
+    def on_offsets_skipped(self, skipped: dict[str, int]) -> None:
+        for reason, n in skipped.items():
+            self.metrics.offsets_skipped.labels(reason=reason).inc(n)
+
+    # -- batches -----------------------------------------------------------------------
+
+    def on_batch_started(self) -> None:
+        if self.first_batch_at is None:
+            self.first_batch_at = time.monotonic()
+
+    def on_model(self, model) -> None:
+        self.metrics.vocabulary_size.set(len(model.vocab))
+        self.metrics.model_version.set(model.version)
+
+    def on_model_error(self) -> None:
+        self.metrics.model_errors.inc()
+
+    def on_inference(self, st: dict) -> None:
+        """The local step's diagnostics (``model.last_stats``)."""
+        m = self.metrics
+        iterations = st.get("iterations")
+        if iterations is not None:
+            for it in np.asarray(iterations).tolist():
+                m.local_iterations.observe(it)
+        if st.get("restarts_tried"):
+            m.restart_acceptance_ratio.set(st["restarts_accepted"] / st["restarts_tried"])
+        obj = st.get("objective_per_token")
+        if obj is not None and math.isfinite(obj):
+            m.objective_per_token.set(obj)
+        for proposal, ratio in (st.get("mh_acceptance") or {}).items():  # alias engine
+            if proposal in PROPOSALS and ratio is not None and math.isfinite(ratio):
+                m.set_mh_acceptance(proposal, ratio)
+        if st.get("alias_rebuilds"):
+            m.alias_rebuilds.inc(st["alias_rebuilds"])
+
+    def on_predictions(self, predicted: list, truths: list, docs_seen: int) -> None:
+        """Predictions made before learning vs the labels that came with the documents."""
+        window = self.prequential
+        for p, y in zip(predicted, truths):
+            if y is None or p is None or isinstance(y, float):
+                continue
+            if isinstance(y, (list, tuple)):
+                window.append(set(map(str, p if isinstance(p, (list, tuple)) else [p])) == set(map(str, y)))
+            else:
+                window.append(str(p) == str(y))
+        if window:
+            acc = sum(window) / len(window)
+            self.metrics.prequential_accuracy.set(acc)
+            self.metrics.prequential_window_documents.set(len(window))
+            self.prequential_accuracy = acc
+            self.prequential_curve.append((int(docs_seen), acc))
+
+    def on_topics_observed(self, obs) -> None:
+        q = obs.quality
+        self.metrics.observe_topics(q.npmi, q.diversity, q.window_docs, obs.prevalence, obs.rising, obs.fading,
+                                    obs.seconds)
+
+    def on_topic_events(self, n: int) -> None:
+        self.metrics.topic_events.inc(n)
+
+    def on_batch_acked(self, job, key: str) -> None:
+        """A batch's predictions and dead letters are acknowledged (``job.meta``: BatchMeta)."""
+        m, meta = self.metrics, job.meta
+        self.acked[key] = meta.next_offset
+        m.observe_batch(meta.docs, meta.tokens)
+        for stage, sec in meta.stages.items():
+            m.observe_stage(stage, sec)
+        m.observe_stage("publish", job.publish_seconds)
+        for origin in meta.origins:
+            if origin == origin:  # not NaN
+                m.end_to_end_latency.observe(max(0.0, job.acked_at - origin))
+        for reason in meta.dead:
+            m.dead_letter(reason)
+            self.dead_by_reason[reason] = self.dead_by_reason.get(reason, 0) + 1
+        c = self.counts
+        c["documents"] += meta.docs
+        c["tokens"] += meta.tokens
+        c["batches"] += 1
+        c["dead_letters"] += len(meta.dead)
+        c["predictions"] += meta.docs
+        self._rate_docs += meta.docs
+        self._rate_tokens += meta.tokens
+        self.last_batch_at = job.acked_mono
+        m.observe_stage("total", time.perf_counter() - meta.started)
+
+    def on_pending(self, n: int) -> None:
+        self.metrics.producer_pending.set(n)
+
+    def on_commit(self, seconds: float) -> None:
+        self.metrics.observe_stage("commit", seconds)
+
+    # -- snapshots ---------------------------------------------------------------------
+
+    def on_snapshot_written(self, seconds: float | None, at: float | None = None) -> None:
+        """Written (``seconds``), or found current / loaded at start (None)."""
+        self.metrics.snapshot_succeeded(seconds, at=at)
+
+    def on_snapshot_failed(self, exc: BaseException) -> str:
+        from ..snapshot import SnapshotWriteError
+
+        return self.metrics.snapshot_failed(exc.reason if isinstance(exc, SnapshotWriteError) else exc)
+
+    def on_snapshot_load_failed(self) -> None:
+        self.metrics.snapshot_load_failures.inc()
+
+    # -- periodic ----------------------------------------------------------------------
+
+    def on_tick(self, now: float) -> None:
+        """Moving averages of docs/s and tokens/s (at most every half second)."""
+        dt = now - self._rate_t
+        if dt < 0.5:
+            return
+        a = 1.0 - math.exp(-dt / RATE_TAU_S)
+        self.docs_rate += a * (self._rate_docs / dt - self.docs_rate)
+        self.tokens_rate += a * (self._rate_tokens / dt - self.tokens_rate)
+        self._rate_t, self._rate_docs, self._rate_tokens = now, 0, 0
+        self.metrics.documents_per_second.set(self.docs_rate)
+        self.metrics.tokens_per_second.set(self.tokens_rate)
+
+    def maybe_log_progress(self, now: float, **fields: Any) -> None:
+        if now - self._last_progress_log >= PROGRESS_LOG_S:
+            self._last_progress_log = now
+            log.info("progress", extra={**self.counts, "docs_per_s": round(self.docs_rate, 1), **fields})
+
+    def publish_status(self, model, **fields: Any) -> None:
+        """Replace the status copy that ``status()`` hands to other threads."""
+        st = {
+            **self.counts,
+            "dead_by_reason": dict(self.dead_by_reason),
+            "offsets": dict(self.acked),  # published and acknowledged
+            **fields,
+            "docs_per_s": self.docs_rate,
+            "tokens_per_s": self.tokens_rate,
+            "vocabulary": len(model.vocab),
+            "model_version": model.version,
+            "docs_seen": int(model.state.docs_seen),
+            "broker_up": self.broker_up,
+            "ready": self.metrics.is_ready,
+            "first_batch_at": self.first_batch_at,
+            "last_batch_at": self.last_batch_at,
+            "prequential_accuracy": self.prequential_accuracy,
+            "prequential_curve": list(self.prequential_curve),
+        }
+        now = time.monotonic()
+        if self.track_topics and model.state.initialized:
+            if now - self._last_status_words >= 1.0 or "top_words" not in self._status:
+                k = min(self.track_topics, model.n_topics)
+                st["top_words"] = {t: model.top_words(t, 8) for t in range(k)}
+                self._last_status_words = now
+            else:
+                st["top_words"] = self._status.get("top_words")
+        self._status = st
+
+    def status(self) -> dict[str, Any]:
+        """A consistent copy of the progress counters (safe from other threads)."""
+        return dict(self._status)
+
+    def explorer_status(self) -> dict[str, Any]:
+        return {"docs_per_s": self.docs_rate, "prequential_accuracy": self.prequential_accuracy,
+                "prequential_curve": list(self.prequential_curve)[-300:]}

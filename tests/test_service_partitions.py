@@ -1,0 +1,103 @@
+"""PartitionBook: where partitions resume, what is admitted, resets and quarantine - no Kafka.
+
+These rules used to be daemon privates exercised through a half-built Daemon; they are a
+pure class now, tested through its public seams (issue 16).
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from streamtopics.config import Config
+from streamtopics.daemon import Daemon
+from streamtopics.service.ledger import OffsetLedger, fingerprint
+from streamtopics.service.partitions import PartitionBook, Span
+from streamtopics.service.telemetry import Telemetry
+from streamtopics.stream.consumer import RecordBatch
+
+
+def _book(ledger: OffsetLedger | None = None) -> PartitionBook:
+    book = PartitionBook(Telemetry())
+    if ledger is not None:
+        book.adopt(ledger)
+    return book
+
+
+def _batch(offsets, tag=b"a", ts=1):
+    recs = [SimpleNamespace(offset=o, value=tag + str(o).encode(), timestamp=ts) for o in offsets]
+    return RecordBatch("docs", 0, recs, [None] * len(recs), complete=True)
+
+
+def test_assignment_during_a_batch_resumes_after_that_batch():
+    """The prefetch poll inside a batch can run a rebalance: the partition being learned must
+    resume after the batch (it will be learned), the others at the model's offsets, and a log
+    reset found meanwhile must not record the old log's offset."""
+    book = _book(OffsetLedger.from_offsets({"docs:0": 100, "docs:1": 40}))
+    book.in_batch = Span("docs:0", 100, 150, None)
+    # a lineage with a snapshot: unseen partitions follow the group's committed offset (None)
+    assert book.start_offset("docs", 0, None, have_snapshot=True) == 150
+    assert book.start_offset("docs", 1, None, have_snapshot=True) == 40
+    assert book.start_offset("docs", 2, None, have_snapshot=True) is None
+    assert not book.on_reset("docs", 0, 150, 7)
+    # The batch in flight is not recorded; the log is re-read from its start, and whether it is
+    # a new log (new epoch) is decided when its records arrive (the ledger's fingerprints).
+    assert not book.learned(book.in_batch) and "docs:0" in book.reread
+    book.in_batch = None
+    assert book.start_offset("docs", 0, None, have_snapshot=True) == 0
+    # without any snapshot, a partition this lineage never saw is read from its beginning
+    assert book.start_offset("docs", 2, None, have_snapshot=False) == 0
+
+
+def test_log_reset_with_stale_metadata_does_not_relearn_the_new_log():
+    """CI once saw this race: the log was reset (broker restarted), the daemon learned the new
+    log while the consumer's cached metadata still named the old topic id, and the next
+    rebalance took the recorded (old) id for a recreated topic and re-read - learned twice -
+    the new log from its beginning."""
+    book = _book(OffsetLedger.from_offsets({"docs:0": 100}, topic_ids={"docs": "old"}))
+    book.on_reset("docs", 0, 100, 0)
+    book.ledger.new_epoch("docs:0", None)     # the first records showed other contents: a new log
+    book.ledger.learned("docs:0", 0, 50)      # learned offsets 0..49 of the new log
+    book.reread.clear()
+    book.record_topic_id("docs:0", "docs", "old")   # metadata still stale: must not record "old" again
+    assert book.ledger.topic_id("docs:0") is None
+    # metadata refreshed; a rebalance asks where to resume
+    assert book.start_offset("docs", 0, "new", have_snapshot=True) == 50
+    book.record_topic_id("docs:0", "docs", "new")
+    assert book.ledger.topic_id("docs:0") == "new"
+    # a real re-creation later is still noticed
+    assert book.start_offset("docs", 0, "newer", have_snapshot=True) == 0
+    assert book.ledger.epoch("docs:0") == 2
+
+
+def test_a_reread_of_the_same_log_is_skipped_and_a_new_log_learned():
+    book = _book()
+    first = _batch(range(0, 5))
+    book.ledger.learned("docs:0", 0, 5, fingerprint(first.records[0].value, 1))
+    assert book.admit(_batch(range(0, 5)), "tid") is None                  # the same records again: nothing
+    rb = book.admit(_batch(range(3, 8)), "tid")
+    assert [r.offset for r in rb.records] == [5, 6, 7]                    # only the new ones
+    assert book.telemetry.metrics.offsets_skipped.labels(reason="already_learned")._value.get() == 7
+    rb = book.admit(_batch(range(0, 5), tag=b"other", ts=2), "tid")        # other contents at offset 0
+    assert [r.offset for r in rb.records] == [0, 1, 2, 3, 4] and book.ledger.epoch("docs:0") == 1
+
+
+def test_batch_keys_are_stable_and_new_per_epoch():
+    book = _book()
+    assert book.batch_key("docs", 0, 256) == "docs:0:256"
+    book.ledger.new_epoch("docs:0", None)
+    assert book.batch_key("docs", 0, 256) == "docs:0:256~1"
+
+
+def test_a_partition_that_keeps_resetting_is_quarantined_held_and_not_ready(tmp_path):
+    d = Daemon(Config.from_dict({"snapshot": {"dir": str(tmp_path)}, "topics": {"input": "docs"}}, env={}),
+               serve_metrics=False)
+    d.model = SimpleNamespace(version=0)
+    d.book.assign([("docs", 0)])
+    d.telemetry.on_broker(True)
+    assert d.readiness()[0]
+    quarantined = [d.book.on_reset("docs", 0, 100, 0) for _ in range(d.ledger.max_resets + 1)]
+    assert quarantined[-1] and not any(quarantined[:-1])
+    ok, info = d.readiness()
+    assert not ok and "docs:0" in info["quarantined"]
+    assert d.metrics.partition_quarantined.labels(partition="0")._value.get() == 1
+    assert d.book.admit(_batch(range(0, 5)), "tid") is None  # nothing more is learned from it
+    assert d.book.assign([("docs", 0)]) == [("docs", 0)]     # held again when re-assigned
