@@ -365,6 +365,58 @@ def _demo_config(bootstrap: str, args: argparse.Namespace, snapshot_dir: Path):
     return Config.from_dict(data, env=env), path
 
 
+class _DemoProgress:
+    """The demo's progress lines: documents done, rate, batches, vocabulary, lag, prequential
+    accuracy, and three topics' top words in rotation (from ``daemon.status()``)."""
+
+    def __init__(self, style: _Style, daemon, n: int, key: str, every: float) -> None:
+        self.s, self.daemon, self.n, self.key, self.every = style, daemon, n, key, every
+        self.t_run = time.perf_counter()
+        self.t_first: float | None = None
+        self.rotate = 0
+        self.last_print = 0.0
+        self.shown = ""
+        self.prev_done, self.prev_t = 0, None
+
+    def step(self) -> bool:
+        """Print when due; True once every document is done."""
+        s, st = self.s, self.daemon.status()
+        done = st.get("offsets", {}).get(self.key, 0)
+        if self.t_first is None and st.get("batches"):
+            self.t_first = time.perf_counter()
+        now = time.perf_counter()
+        if now - self.last_print >= self.every or done >= self.n:
+            self.last_print = now
+            if not st.get("batches"):
+                msg = ("starting: joining the consumer group"
+                       + (", compiling the numba kernels (first run only)" if now - self.t_run > 2 else ""))
+                if msg != self.shown:
+                    print(s.dim(f"{now - self.t_run:6.1f}s  {msg}"), flush=True)
+                    self.shown = msg
+                self.prev_done, self.prev_t = done, now
+                return done >= self.n
+            self._line(st, done, now)
+        return done >= self.n
+
+    def _line(self, st: dict, done: int, now: float) -> None:
+        s = self.s
+        lag = sum((st.get("lag") or {}).values())
+        rate = (done - self.prev_done) / max(now - self.prev_t, 1e-9) if self.prev_t is not None else 0.0
+        self.prev_done, self.prev_t = done, now
+        acc = st.get("prequential_accuracy")
+        print(f"{s.dim(f'{now - self.t_run:6.1f}s')}  docs {done:>7,}/{self.n:,}  "
+              f"{rate:7,.0f} docs/s  batches {st.get('batches', 0):>4}  "
+              f"vocab {st.get('vocabulary', 0):>7,}  lag {lag:>6,}"
+              + (f"  prequential accuracy {acc:.3f}" if acc is not None else ""), flush=True)
+        words = st.get("top_words") or {}
+        if words:
+            ks = sorted(words)
+            for j in range(min(3, len(ks))):
+                k = ks[(self.rotate + j) % len(ks)]
+                print(f"         {s.cyan(f'topic {k:>3}')}  {' '.join(words[k][:8])}", flush=True)
+            self.rotate += 3
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .config import ConfigError
 
@@ -432,49 +484,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"explorer    {daemon.metrics_url}/topics  (topics, trends, coherence; JSON at /v1/topics)",
                   flush=True)
         print(flush=True)
-        t_run = time.perf_counter()
-        t_first = None
-        rotate = 0
-        last_print = 0.0
-        shown = ""
-        prev_done, prev_t = 0, None
-
-        key = f"{t.input}:0"
-        while thread.is_alive():
+        progress = _DemoProgress(s, daemon, n, f"{t.input}:0", args.every)
+        while thread.is_alive() and not progress.step():
             time.sleep(0.1)
-            st = daemon.status()
-            done = st.get("offsets", {}).get(key, 0)
-            if t_first is None and st.get("batches"):
-                t_first = time.perf_counter()
-            now = time.perf_counter()
-            if now - last_print >= args.every or done >= n:
-                last_print = now
-                lag = sum((st.get("lag") or {}).values())
-                if not st.get("batches"):
-                    msg = ("starting: joining the consumer group"
-                           + (", compiling the numba kernels (first run only)" if now - t_run > 2 else ""))
-                    if msg != shown:
-                        print(s.dim(f"{now - t_run:6.1f}s  {msg}"), flush=True)
-                        shown = msg
-                    prev_done, prev_t = done, now
-                    continue
-                rate = (done - prev_done) / max(now - prev_t, 1e-9) if prev_t is not None else 0.0
-                prev_done, prev_t = done, now
-                acc = st.get("prequential_accuracy")
-                line = (f"{s.dim(f'{now - t_run:6.1f}s')}  docs {done:>7,}/{n:,}  "
-                        f"{rate:7,.0f} docs/s  batches {st.get('batches', 0):>4}  "
-                        f"vocab {st.get('vocabulary', 0):>7,}  lag {lag:>6,}"
-                        + (f"  prequential accuracy {acc:.3f}" if acc is not None else ""))
-                print(line, flush=True)
-                words = st.get("top_words") or {}
-                if words:
-                    ks = sorted(words)
-                    for j in range(min(3, len(ks))):
-                        k = ks[(rotate + j) % len(ks)]
-                        print(f"         {s.cyan(f'topic {k:>3}')}  {' '.join(words[k][:8])}", flush=True)
-                    rotate += 3
-            if done >= n:
-                break
+        t_run, t_first = progress.t_run, progress.t_first
         t_done = time.perf_counter()
         if daemon.explorer is not None and thread.is_alive() and sys.stdin.isatty():
             # a person at a terminal: keep the explorer up to look at (scripts and CI end now)

@@ -42,11 +42,9 @@ import signal
 import threading
 import time
 import uuid
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-import msgpack
 from kafka import TopicPartition
 
 from . import __version__
@@ -59,13 +57,11 @@ from .service.checkpointer import Checkpointer
 from .service.hooks import Hooks
 from .service.ledger import OffsetLedger
 from .service.partitions import PartitionBook, Span, tp_key
-from .service.predictions import BatchMeta, PredictionEncoder
-from .service.processor import BatchOutcome, BatchProcessor, RecordDecoder
+from .service.outbox import Outbox
+from .service.processor import BatchProcessor, RecordDecoder
 from .service.session import KafkaSession, ensure_topics
 from .service.telemetry import Telemetry
-from .stream.codec import fill_record_meta
 from .stream.consumer import RecordBatch
-from .stream.producer import OutMessage, PublishJob
 
 __all__ = ["Daemon", "SnapshotStore", "ensure_topics"]
 
@@ -85,7 +81,10 @@ class Daemon:
             raise ConfigError(errs)
         self.cfg = cfg
         self.hooks = hooks or Hooks.default()
-        self.telemetry = Telemetry(metrics, prequential_window=prequential_window(cfg), track_topics=track_topics)
+        # topic quality, trends and the /topics explorer (telemetry updates it per batch)
+        self.explorer = TopicExplorer.from_config(cfg) if cfg.metrics.explorer else None
+        self.telemetry = Telemetry(metrics, prequential_window=prequential_window(cfg), track_topics=track_topics,
+                                   explorer=self.explorer)
         self.metrics = self.telemetry.metrics
         self.serve_metrics = serve_metrics
         self.instance = uuid.uuid4().hex
@@ -105,15 +104,11 @@ class Daemon:
         self.processor = BatchProcessor(cfg.model.supervision, point=self.hooks.point, gil_free=self._set_gil_free,
                                         prefetch=self._prefetch)
         self.decoder = RecordDecoder(cfg.limits(), cfg.input.format, self._tokenizer, self.hooks.point)
-        self.encoder = PredictionEncoder.from_config(cfg)
+        self.outbox = Outbox(cfg, self.session, self.telemetry, self.hooks.point)
         self._beat = time.monotonic()
-        self._publish_failed = False   # a learned batch's predictions could not be published (shutdown)
         self.error: BaseException | None = None
         self.stale_after_s = max(10.0, 5 * cfg.batch.max_wait_ms / 1000.0)
         self._poll_tick_s = min(0.5, max(0.05, cfg.batch.max_wait_ms / 1000.0))
-        # topic quality, trends and the /topics explorer: updated on this thread per batch,
-        # read by the HTTP thread only through the immutable view it publishes
-        self.explorer = TopicExplorer.from_config(cfg) if cfg.metrics.explorer else None
 
     # -- collaborators' state, for callers and tests -------------------------------------
 
@@ -126,10 +121,6 @@ class Daemon:
         return self.session.consumer
 
     @property
-    def pipeline(self):
-        return self.session.pipeline
-
-    @property
     def last_snapshot(self) -> Path | None:
         return self.checkpoints.last_snapshot
 
@@ -137,10 +128,6 @@ class Daemon:
     def offsets(self) -> dict[str, int]:
         """``"topic:partition" -> next offset`` the model has learned up to (current epochs)."""
         return self.book.ledger.positions()
-
-    @property
-    def epochs(self) -> dict[str, int]:
-        return self.book.ledger.epochs()
 
     def status(self) -> dict[str, Any]:
         """A consistent copy of the progress counters (safe from other threads)."""
@@ -285,14 +272,7 @@ class Daemon:
         model.set_threads(self.cfg.model.threads or None)  # how to run is this host's choice, not the snapshot's
         self.model = model
         self.book.adopt(ledger)
-        diffs = param_differences(model, self.cfg.model)
-        lineage = self.checkpoints.lineage
-        log.info("model loaded from snapshot", extra={
-            "path": str(path), "version": model.version, "docs_seen": model.state.docs_seen,
-            "offsets": self.offsets, "vocabulary": len(model.vocab), "lineage": lineage.id, "seq": lineage.seq})
-        if diffs:
-            log.warning("snapshot model settings differ from [model]; the snapshot's are kept",
-                        extra={"differences": {k: {"snapshot": a, "config": b} for k, (a, b) in diffs.items()}})
+        self.checkpoints.log_adopted(model, path, param_differences(model, self.cfg.model))
 
     # -- consumer callbacks (on the loop's thread) ----------------------------------------
 
@@ -349,84 +329,28 @@ class Daemon:
         self.checkpoints.dirty = True
         self.telemetry.on_model(self.model)
         self.hooks.point("offsets_advanced")
-        self._observe(out)
-        self._submit(rb, out, now, t_start)
-        self.checkpoints.batches_since += 1
-        self._collect()
-        self._maybe_snapshot()
-
-    def _observe(self, out: BatchOutcome) -> None:
-        if out.error is not None:
-            self.telemetry.on_model_error()
-        if out.step.stats:
-            self.telemetry.on_inference(out.step.stats)
-        if out.step.sup is not None and out.targets is not None:
-            self.telemetry.on_predictions(out.step.sup[1], [out.targets[i] for i in out.step.keep],
-                                          int(self.model.state.docs_seen))
-
-    def _submit(self, rb: RecordBatch, out: BatchOutcome, now: float, t_start: float) -> None:
-        """Dead letters and predictions are encoded and sent on the publisher thread while the
-        next batch is learned; then the topic monitor looks at the batch."""
-        step, ids = out.step, out.ids
-        fill_record_meta(out.dead, rb.records)  # the daemon's own dead letters keep the record's key and headers
-        build = partial(self.encoder.encode, out.dead, ids, step.theta, out.version, now, step.sup, out.label_names)
-        meta = BatchMeta(rb.tp, rb.first_offset, rb.next_offset, len(step.keep), step.n_tokens,
-                         [dl.reason for dl in out.dead], out.origins(), out.stages, t_start)
-        if not self.session.pipeline.submit(PublishJob([], meta, build=build, size=len(out.dead) + len(ids)),
-                                            heartbeat=self._tick_blocked):
-            self._publish_failed = True
-            log.error("cannot hand predictions to the publisher (stopping while the broker is away): "
-                      "this batch will be read and learned again after restart",
-                      extra={"partition": rb.partition, "first_offset": rb.first_offset})
-        self.hooks.point("submitted")
-        if self.explorer is not None and step.theta is not None:
-            self._observe_topics(step, ids, [out.texts[i] for i in step.keep])
+        self.telemetry.on_processed(out, int(self.model.state.docs_seen))
+        self.outbox.submit_batch(rb, out, now, t_start, heartbeat=self._tick_blocked)
+        step = out.step
+        self.outbox.submit_events(self.telemetry.on_learned(self.model, step.batch, step.theta, out.ids,
+                                                            [out.texts[i] for i in step.keep],
+                                                            events=bool(self.cfg.topics.events)))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("batch learned", extra={
                 "partition": rb.partition, "first_offset": rb.first_offset, "next_offset": rb.next_offset,
                 "docs": len(step.keep), "dead_letters": len(out.dead), "tokens": step.n_tokens,
                 "version": self.model.version, "complete": rb.complete})
-
-    def _observe_topics(self, step, ids: list, texts: list) -> None:
-        """Topic quality, trends and the explorer's view after a learned batch (never fatal)."""
-        try:
-            obs = self.explorer.observe(self.model, step.batch, step.theta, ids, texts,
-                                        status=self.telemetry.explorer_status())
-        except Exception:  # noqa: BLE001 - a view is not worth a batch
-            log.exception("topic explorer update failed")
-            return
-        if obs is None:
-            return
-        self.telemetry.on_topics_observed(obs)
-        if obs.events and self.cfg.topics.events and self.session.pipeline is not None:
-            self.telemetry.on_topic_events(len(obs.events))
-            self.session.pipeline.submit(PublishJob([
-                OutMessage(self.cfg.topics.events, msgpack.packb(ev, use_bin_type=True), key=str(ev["topic"]).encode())
-                for ev in obs.events]))
+        self.checkpoints.batches_since += 1
+        self._collect()
+        self._maybe_snapshot()
 
     def _collect(self) -> None:
-        """Acknowledged batches: count them (offsets are committed from snapshots only)."""
-        pipeline = self.session.pipeline
-        if pipeline is None:
-            return
-        acked = False
-        for job in pipeline.completed():
-            if not job.ok:
-                self._publish_failed = True
-                if not self._stop.is_set():
-                    # Not a shutdown: publishing itself broke. Learning on without publishing or
-                    # snapshotting would help nobody; stop, and let a restart replay from the snapshot.
-                    self.error = RuntimeError("publishing failed")
-                    log.error("publishing failed: stopping (a restart resumes from the last snapshot)")
-                    self._stop.set()
-                continue
-            if job.meta is None:  # a snapshot announcement or topic events
-                continue
-            acked = True
-            self.telemetry.on_batch_acked(job, tp_key(job.meta.tp.topic, job.meta.tp.partition))
-        if acked:
-            self.hooks.point("collected")
-        self.telemetry.on_pending(pipeline.pending_messages)
+        if not self.outbox.collect(stopping=self._stop.is_set()):
+            # Publishing itself broke: learning on without publishing or snapshotting would help
+            # nobody; stop, and let a restart replay from the snapshot.
+            self.error = RuntimeError("publishing failed")
+            log.error("publishing failed: stopping (a restart resumes from the last snapshot)")
+            self._stop.set()
 
     def _commit_durable(self, sync: bool = False) -> None:
         """Tell the group the offsets of the newest snapshot (never more: see CommitGate)."""
@@ -460,7 +384,7 @@ class Daemon:
     # -- snapshots -----------------------------------------------------------------------
 
     def _maybe_snapshot(self, force: bool = False) -> None:
-        due = self.checkpoints.due(force, self._publish_failed)
+        due = self.checkpoints.due(force, self.outbox.failed)
         if due is not None:
             self.snapshot(early=due == "early")
 
@@ -469,17 +393,15 @@ class Daemon:
         predictions are acknowledged, then commit its offsets to the group. Returns the path,
         or None when it could not be written. ``early``: an extra snapshot that leaves the
         cadence's counters alone."""
-        pipeline = self.session.pipeline
-        if pipeline is not None:
-            # Normally milliseconds (the last batch's acks). While the broker is away: postpone.
-            idle = pipeline.wait_idle(None if self._stop.is_set() else SNAPSHOT_ACK_WAIT_S, heartbeat=self._tick_blocked)
-            self._collect()
-            if not idle:
-                self.checkpoints.postpone(SNAPSHOT_ACK_WAIT_S)
-                log.warning("snapshot postponed: predictions of learned batches are not acknowledged yet",
-                            extra={"pending": pipeline.pending_messages})
-                return None
-        if self._publish_failed:
+        # Normally milliseconds (the last batch's acks). While the broker is away: postpone.
+        idle = self.outbox.wait_idle(None if self._stop.is_set() else SNAPSHOT_ACK_WAIT_S, heartbeat=self._tick_blocked)
+        self._collect()
+        if not idle:
+            self.checkpoints.postpone(SNAPSHOT_ACK_WAIT_S)
+            log.warning("snapshot postponed: predictions of learned batches are not acknowledged yet",
+                        extra={"pending": self.outbox.pending})
+            return None
+        if self.outbox.failed:
             log.warning("not snapshotting: predictions of a learned batch were not acknowledged")
             return None
         self._tick()
@@ -487,8 +409,8 @@ class Daemon:
         extra = {"instance": self.instance, "version": __version__, "group_id": self.cfg.kafka.group_id,
                  "input": self.cfg.topics.input, "batches": c["batches"], "documents": c["documents"],
                  "dead_letters": c["dead_letters"]}
-        if self.explorer is not None and self.explorer.summary() is not None:
-            extra["quality"] = self.explorer.summary()
+        if self.telemetry.quality_summary() is not None:
+            extra["quality"] = self.telemetry.quality_summary()
         path = self.checkpoints.write(self.model, self.book.ledger, extra, early=early)
         if path is None:
             return None
@@ -496,11 +418,7 @@ class Daemon:
         if not self._stop.is_set():
             self._commit_durable()
         self.checkpoints.prune(path, self.model.version, early)
-        if self.cfg.topics.snapshots and pipeline is not None:
-            lineage = self.checkpoints.lineage
-            ann = msgpack.packb({"path": str(path.resolve()), "version": self.model.version, "offsets": self.offsets,
-                                 "lineage": lineage.id, "seq": lineage.seq, "ts": time.time()}, use_bin_type=True)
-            pipeline.submit(PublishJob([OutMessage(self.cfg.topics.snapshots, ann, key=b"snapshot")]))
+        self.outbox.announce_snapshot(path, self.model.version, self.offsets, self.checkpoints.lineage)
         return path
 
     # -- shutdown ------------------------------------------------------------------------
@@ -513,11 +431,10 @@ class Daemon:
         final_ok = True
         try:
             self.hooks.point("shutdown")
-            if self.session.pipeline is not None:
-                # Broker up: the last predictions are acknowledged within milliseconds. Broker away:
-                # the publisher gives up (stop is set) and the final snapshot is skipped.
-                self.session.pipeline.wait_idle(heartbeat=self._tick_blocked)
-                self._collect()
+            # Broker up: the last predictions are acknowledged within milliseconds. Broker away:
+            # the publisher gives up (stop is set) and the final snapshot is skipped.
+            self.outbox.wait_idle(None, heartbeat=self._tick_blocked)
+            self._collect()
             final_ok = self._final_snapshot()
             self.hooks.point("shutdown_commit")
             self._commit_durable(sync=True)
@@ -539,7 +456,7 @@ class Daemon:
     def _final_snapshot(self) -> bool:
         if self.model is None or not self.checkpoints.dirty or not self.checkpoints.lock.held:
             return True
-        if self._publish_failed:
+        if self.outbox.failed:
             log.warning("final snapshot skipped: a learned batch has unacknowledged predictions; "
                         "it will be replayed from the previous snapshot")
             return True

@@ -141,7 +141,18 @@ class Metrics:
         dead_letter_reasons: Iterable[str] = (),
     ) -> None:
         r = self.registry = registry if registry is not None else CollectorRegistry()
+        self._ready_flag = False
+        self._created_at = time.time()
+        self._last_snapshot_at: float | None = None
+        self._build_stream(r)
+        self._build_model(r)
+        self._build_snapshots(r)
+        self._build_health(r)
+        self._build_topics(r)
+        self._initial_values(dead_letter_reasons)
 
+    def _build_stream(self, r: CollectorRegistry) -> None:
+        """Throughput and latency of the stream."""
         # Throughput.
         self.documents = Counter("streamtopics_documents_total",
                                  "Documents processed (predicted and learned).", registry=r)
@@ -169,6 +180,8 @@ class Metrics:
         self.producer_pending = Gauge("streamtopics_producer_pending_messages",
                                       "Predictions sent but not yet acknowledged.", registry=r)
 
+    def _build_model(self, r: CollectorRegistry) -> None:
+        """Inference, model quality and size."""
         # Inference.
         self.local_iterations = Histogram("streamtopics_local_iterations",
                                           "Local-step iterations per document.",
@@ -198,9 +211,9 @@ class Metrics:
         self.model_version = Gauge("streamtopics_model_version",
                                    "Global updates applied to the model.", registry=r)
 
+    def _build_snapshots(self, r: CollectorRegistry) -> None:
+        """Snapshots."""
         # Snapshots.
-        self._created_at = time.time()
-        self._last_snapshot_at: float | None = None
         self.snapshot_age = Gauge(
             "streamtopics_snapshot_age_seconds",
             "Seconds since the last successful snapshot (since start if none yet).",
@@ -218,6 +231,8 @@ class Metrics:
             "Snapshot files skipped at start-up because they were corrupt, truncated or unreadable.",
             registry=r)
 
+    def _build_health(self, r: CollectorRegistry) -> None:
+        """Input quality, health, and faults survived."""
         # Input quality.
         self.dead_letters = Counter(
             "streamtopics_dead_letters_total",
@@ -264,6 +279,7 @@ class Metrics:
         for client in CLIENTS:
             self.client_recreations.labels(client=client)
 
+    def _initial_values(self, dead_letter_reasons: Iterable[str]) -> None:
         # Pre-create labelled series at 0 so rate() and absent() behave from the start.
         for stage in STAGES:
             self.batch_duration.labels(stage=stage)
@@ -277,8 +293,9 @@ class Metrics:
             g.set(math.nan)
         for proposal in PROPOSALS:
             self.mh_acceptance_ratio.labels(proposal=proposal).set(math.nan)
-        self._ready_flag = False
 
+    def _build_topics(self, r: CollectorRegistry) -> None:
+        """Topics (the explorer's monitor: streamtopics.quality / streamtopics.trends)."""
         # Topics (the explorer's monitor: streamtopics.quality / streamtopics.trends).
         self.topic_npmi = Gauge(
             "streamtopics_topic_coherence_npmi",

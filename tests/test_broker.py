@@ -15,7 +15,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
-from streamtopics.stream import broker as broker_mod
+from streamtopics.testing import broker as broker_mod
 from streamtopics.testing.broker import (
     BrokerStartError,
     BrokerUnavailable,
@@ -134,7 +134,7 @@ def test_create_topics_is_idempotent_and_explicit(broker):
 
 
 def test_create_topics_times_out_when_nothing_listens():
-    port = broker_mod._free_port("127.0.0.1")
+    port = broker_mod.free_port("127.0.0.1")
     t0 = time.monotonic()
     with pytest.raises(TimeoutError):
         create_topics(f"127.0.0.1:{port}", {"x": 1}, timeout_s=0.5)

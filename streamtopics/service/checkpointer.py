@@ -79,6 +79,16 @@ class Checkpointer:
         self.telemetry.on_snapshot_written(None, at=float(created) if created else None)
         return model, ledger
 
+    def log_adopted(self, model, path: Path, differences: dict) -> None:
+        """Say which snapshot the daemon runs on, and which of its settings the config differs in."""
+        log.info("model loaded from snapshot", extra={
+            "path": str(path), "version": model.version, "docs_seen": model.state.docs_seen,
+            "offsets": self.gate.snapshot_offsets, "vocabulary": len(model.vocab), "lineage": self.lineage.id,
+            "seq": self.lineage.seq})
+        if differences:
+            log.warning("snapshot model settings differ from [model]; the snapshot's are kept",
+                        extra={"differences": {k: {"snapshot": a, "config": b} for k, (a, b) in differences.items()}})
+
     def newer_of_lineage(self, docs_seen: int):
         """A snapshot this process did not write nor load, that continues this model's lineage
         with a higher sequence and no fewer documents: (model, ledger, path), else None. With the

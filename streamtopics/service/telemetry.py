@@ -32,8 +32,11 @@ class Telemetry:
     """Hooks that own every metric; see the module docstring."""
 
     def __init__(self, metrics: Metrics | None = None, *, prequential_window: int = 1000,
-                 track_topics: int = 0) -> None:
+                 track_topics: int = 0, explorer=None) -> None:
         self.metrics = metrics or Metrics(dead_letter_reasons=sorted(ALL_REASONS))
+        # topic quality, trends and the /topics explorer (explore.py): updated on the loop's
+        # thread per batch, read by the HTTP thread only through the immutable view it publishes
+        self.explorer = explorer
         self.track_topics = int(track_topics)
         self.counts = {"documents": 0, "tokens": 0, "batches": 0, "dead_letters": 0, "predictions": 0}
         self.dead_by_reason: dict[str, int] = {}
@@ -116,6 +119,15 @@ class Telemetry:
     def on_model_error(self) -> None:
         self.metrics.model_errors.inc()
 
+    def on_processed(self, out, docs_seen: int) -> None:
+        """A batch went through the model (``processor.BatchOutcome``)."""
+        if out.error is not None:
+            self.on_model_error()
+        if out.step.stats:
+            self.on_inference(out.step.stats)
+        if out.step.sup is not None and out.targets is not None:
+            self.on_predictions(out.step.sup[1], [out.targets[i] for i in out.step.keep], docs_seen)
+
     def on_inference(self, st: dict) -> None:
         """The local step's diagnostics (``model.last_stats``)."""
         m = self.metrics
@@ -151,13 +163,30 @@ class Telemetry:
             self.prequential_accuracy = acc
             self.prequential_curve.append((int(docs_seen), acc))
 
-    def on_topics_observed(self, obs) -> None:
+    def on_learned(self, model, batch, theta, ids: list, texts: list, events: bool) -> list:
+        """Topic quality, trends and the explorer's view after a learned batch (never fatal).
+        Returns the topic change events to publish (when ``events``; counted here)."""
+        if self.explorer is None or theta is None:
+            return []
+        try:
+            obs = self.explorer.observe(model, batch, theta, ids, texts, status={
+                "docs_per_s": self.docs_rate, "prequential_accuracy": self.prequential_accuracy,
+                "prequential_curve": list(self.prequential_curve)[-300:]})
+        except Exception:  # noqa: BLE001 - a view is not worth a batch
+            log.exception("topic explorer update failed")
+            return []
+        if obs is None:
+            return []
         q = obs.quality
         self.metrics.observe_topics(q.npmi, q.diversity, q.window_docs, obs.prevalence, obs.rising, obs.fading,
                                     obs.seconds)
+        if not (events and obs.events):
+            return []
+        self.metrics.topic_events.inc(len(obs.events))
+        return obs.events
 
-    def on_topic_events(self, n: int) -> None:
-        self.metrics.topic_events.inc(n)
+    def quality_summary(self) -> dict | None:
+        return self.explorer.summary() if self.explorer is not None else None
 
     def on_batch_acked(self, job, key: str) -> None:
         """A batch's predictions and dead letters are acknowledged (``job.meta``: BatchMeta)."""
@@ -255,7 +284,3 @@ class Telemetry:
     def status(self) -> dict[str, Any]:
         """A consistent copy of the progress counters (safe from other threads)."""
         return dict(self._status)
-
-    def explorer_status(self) -> dict[str, Any]:
-        return {"docs_per_s": self.docs_rate, "prequential_accuracy": self.prequential_accuracy,
-                "prequential_curve": list(self.prequential_curve)[-300:]}

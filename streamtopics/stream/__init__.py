@@ -1,1 +1,2 @@
-"""Kafka plumbing: record codec, consumer, producer and the embedded tansu broker."""
+"""Kafka plumbing: the record codec (wire formats), the batching consumer and the producer.
+The bundled broker runner lives in ``streamtopics.testing``."""

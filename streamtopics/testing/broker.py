@@ -41,6 +41,7 @@ __all__ = [
     "EmbeddedBroker",
     "create_topics",
     "find_tansu",
+    "free_port",
     "main",
 ]
 
@@ -89,7 +90,7 @@ def find_tansu() -> Path:
     return path
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -249,7 +250,7 @@ class EmbeddedBroker:
             attempts = 1 if fixed else _PORT_ATTEMPTS
             last: BrokerStartError | None = None
             for _ in range(attempts):
-                port = self._port if fixed else _free_port(self.host)
+                port = self._port if fixed else free_port(self.host)
                 try:
                     self._launch(binary, port)
                     self._port = port
