@@ -86,3 +86,41 @@ def test_no_import_cycles_between_modules():
         if v not in index:
             visit(v)
     assert cycles == [], f"import cycles: {cycles}"
+
+
+SERVICE_SIDE = ("streamtopics.service", "streamtopics.stream", "streamtopics.testing", "streamtopics.daemon",
+                "streamtopics.cli", "streamtopics.config")
+
+
+def _is(name: str, prefixes) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def test_the_library_core_never_imports_kafka_or_the_service():
+    """The library (model, engines, supervised, state, snapshot, ...) runs without Kafka: only the
+    daemon's side composes it with kafka-python."""
+    mods = _modules()
+    bad = []
+    for name, path in mods.items():
+        if _is(name, SERVICE_SIDE) or name == "streamtopics":
+            continue
+        for target, _ in _imports(name, path, mods):
+            if _is(target, ("kafka",) + SERVICE_SIDE):
+                bad.append(f"{name} imports {target}")
+    assert bad == [], "library modules importing the service side:\n" + "\n".join(bad)
+
+
+def test_testing_aids_are_reached_only_from_the_composition_root():
+    """Fault injection and the broker runner live in streamtopics.testing; production code reaches
+    them only where the daemon is composed (service.hooks subscribes the fault injector) and in
+    the demo command (which starts the bundled broker)."""
+    mods = _modules()
+    allowed = {"streamtopics.service.hooks", "streamtopics.cli"}
+    bad = []
+    for name, path in mods.items():
+        if _is(name, ("streamtopics.testing",)) or name in allowed:
+            continue
+        for target, _ in _imports(name, path, mods):
+            if _is(target, ("streamtopics.testing",)):
+                bad.append(f"{name} imports {target}")
+    assert bad == [], "production modules importing testing aids:\n" + "\n".join(bad)
