@@ -225,8 +225,9 @@ def _library_default(name: str, none_as: Any = None) -> Any:
     import inspect
 
     from .model import TopicModel
+    from .options import FLAT, flat_default
 
-    v = inspect.signature(TopicModel.__init__).parameters[name].default
+    v = flat_default(name) if name in FLAT else inspect.signature(TopicModel.__init__).parameters[name].default
     return none_as if v is None or v == "auto" else v
 
 
