@@ -24,6 +24,7 @@ import numpy as np
 from . import fitting, model_io
 from .batch import Batch, build_batch
 from .batch_ops import chunks, doc_lengths, normalise_rows, slice_batch, tokenize_docs
+from .components import build_engine, build_update
 from .evaluate import heldout_loglik_arrays
 from .hyper import alpha_step
 from .options import FLAT, INITS, ModelOptions, Stochastic, flat_params
@@ -128,9 +129,9 @@ class TopicModel:
         self.vocab = Vocabulary(cap=o.vocabulary.cap, policy=o.vocabulary.policy, decay=o.vocabulary.decay)
         self.state = ModelState(self.n_topics, self._initial_alpha(), self.beta)
         # Alias seeds come from self.rng at call time (late binding: load_snapshot replaces self.rng).
-        self.local_step = o.engine.build(runner=lambda: ThreadRunner(self.threads),
-                                         seed_source=lambda: int(self.rng.integers(1 << 62)))
-        self.updater = o.update.build()
+        self.local_step = build_engine(o.engine, runner=lambda: ThreadRunner(self.threads),
+                                       seed_source=lambda: int(self.rng.integers(1 << 62)))
+        self.updater = build_update(o.update)
         self.rng = np.random.default_rng(self.seed)
         self.auto_key = 0
         self.last_stats: dict = {}

@@ -24,12 +24,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .engines.alias import ALPHA_PROPOSALS, PROPOSALS, AliasEngine, check_tries
-from .engines.lsparse import LSparseEngine
+from .engines.alias import ALPHA_PROPOSALS, PROPOSALS, check_tries
 from .supervised.classifier import PG_CHOICES
 from .text import SEGMENTATIONS
 from .text import Vocabulary as _VocabularyStore
-from .updates import MemoizedUpdate, StochasticUpdate, check_corpus_size
 
 SUP_FEATURES = ("unsupervised", "supervised")
 INITS = ("kmeans++", "random")
@@ -135,13 +133,6 @@ class LSparse(_Option):
 
     kind: ClassVar[str] = "lsparse"
 
-    def build(self, runner, seed_source=None) -> LSparseEngine:
-        """The engine; ``runner()`` makes its thread runner."""
-        return LSparseEngine(sparsity=int(self.sparsity), max_iter=int(self.max_iter), tol=float(self.tol),
-                             active_eps=float(self.active_eps),
-                             restart_trials=int(self.restart_trials) if self.restarts else 0,
-                             restart_iters=int(self.restart_iters), runner=runner())
-
     RULES: ClassVar[dict] = {
         "sparsity": _int_ge(1),
         "max_iter": (lambda v: v >= 1, "must be >= 1"),
@@ -171,13 +162,6 @@ class AliasMH(_Option):
 
     kind: ClassVar[str] = "alias"
 
-    def build(self, runner=None, seed_source=None) -> AliasEngine:
-        """The engine; ``seed_source()`` gives the seed of each call."""
-        return AliasEngine(burn_in=int(self.burn_in), sample_sweeps=int(self.sample_sweeps),
-                           mh_steps=int(self.mh_steps), proposal=self.proposal,
-                           table_draws=None if self.table_draws is None else int(self.table_draws),
-                           alpha_proposal=self.alpha_proposal, tries=self.tries, seed_source=seed_source)
-
     RULES: ClassVar[dict] = {
         "burn_in": _int_ge(0),
         "sample_sweeps": _int_ge(1),
@@ -196,6 +180,17 @@ class AliasMH(_Option):
 
 
 # -- global updates ------------------------------------------------------------------------------
+CORPUS_SIZE_RULES = ("seen",)
+
+
+def check_corpus_size(corpus_size) -> None:
+    """None (the rule of ``updates``), "seen", or a number of documents >= 1."""
+    if corpus_size is None or corpus_size in CORPUS_SIZE_RULES:
+        return
+    if isinstance(corpus_size, bool) or not isinstance(corpus_size, (int, float)) or not corpus_size >= 1:
+        raise ValueError(f"corpus_size must be None, 'seen' or a number of documents >= 1 (got {corpus_size!r})")
+
+
 def _corpus_size_ok(v) -> bool:
     check_corpus_size(v)
     return True
@@ -213,9 +208,6 @@ class Stochastic(_Option):
 
     kind: ClassVar[str] = "stochastic"
 
-    def build(self) -> StochasticUpdate:
-        return StochasticUpdate(self.delay, self.forgetting_rate, self.rho_min, self.corpus_size)
-
     RULES: ClassVar[dict] = {
         "delay": (lambda v: v >= 0, "must be >= 0"),
         "forgetting_rate": (lambda v: 0.5 < v <= 1.0, "must be in (0.5, 1]"),
@@ -231,9 +223,6 @@ class Memoized(_Option):
     memo_window: int | None = 256
 
     kind: ClassVar[str] = "memoized"
-
-    def build(self) -> MemoizedUpdate:
-        return MemoizedUpdate(self.memo_window)
 
     RULES: ClassVar[dict] = {"memo_window": (lambda v: v is None or v >= 1, "must be None or >= 1 batches")}
 
