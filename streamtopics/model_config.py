@@ -70,7 +70,7 @@ def flatten(table: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str], l
                 flat = TABLES.get((key, fld))
                 if flat is None:
                     errors.append(f"config error: unknown key model.{key}.{fld}{suggest(key, fld)}")
-                elif flat not in table:
+                elif flat not in table or isinstance(table[flat], Mapping):  # [model.engine] kind: the table itself
                     out[flat], spelled[flat] = v, f"{key}.{fld}"
         else:
             out[key], spelled[key] = value, key

@@ -419,16 +419,13 @@ def resolve(slot: str, value, flat: dict, default: str | None):
         return None
     if isinstance(value, _Option):
         if type(value) not in kinds.values():
-            raise ValueError(f"{slot} must be one of {tuple(c.__name__ for c in kinds.values())} "
-                             f"(got {type(value).__name__})")
+            raise ValueError(_slot_message(slot, value))
         if mine:
             raise ValueError(f"{', '.join(sorted(mine))} given beside {slot}={value!r}: set "
                              f"{'it' if len(mine) == 1 else 'them'} on the option object instead")
         return value
     if not isinstance(value, str) or value not in kinds:
-        names = tuple(kinds) if slot in ("engine", "update", "supervision") else ()
-        raise ValueError(f"{slot} must be one of {names} or a {'/'.join(c.__name__ for c in kinds.values())} "
-                         f"object (got {value!r})")
+        raise ValueError(_slot_message(slot, value))
     cls = kinds[value]
     own = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}
@@ -443,6 +440,14 @@ def resolve(slot: str, value, flat: dict, default: str | None):
     except OptionError as e:  # name the keyword the caller used
         back = {FLAT[k][1]: k for k in mine}
         raise OptionError(back.get(e.name, e.name), e.must, e.value, where="") from None
+
+
+def _slot_message(slot: str, value) -> str:
+    kinds = SLOTS[slot]
+    objects = " or ".join(c.__name__ for c in kinds.values())
+    names = f"one of {tuple(kinds)} or " if slot in ("engine", "update", "supervision") else ""
+    none = "None, " if slot == "supervision" else ""
+    return f"{slot} must be {none}{names}an option object {objects} (got {value!r})"
 
 
 def flat_params(options: dict) -> dict:
