@@ -746,11 +746,8 @@ class SupervisedHead:
         return self.memo.keys()
 
     def release_memo(self) -> int:
-        """Forget every memo record, keeping its contribution in the carried statistics.
-
-        For owners that never revisit a batch (a stochastic topic update): the records only
-        serve a revisit, so keeping them would grow memory and snapshots without bound.
-        Returns the number of records released."""
+        """Forget every memo record (kept in the carried statistics); returns how many.  For owners
+        that never revisit a batch: the records would grow memory and snapshots without bound."""
         return self.memo.release()
 
     def limit_memo(self, window: int | None) -> int:
