@@ -42,6 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import model_config
+from .model_config import model_from_config, param_differences
+
 if typing.TYPE_CHECKING:
     from streamtopics.model import TopicModel
     from streamtopics.stream.codec import Limits
@@ -225,8 +228,9 @@ def _library_default(name: str, none_as: Any = None) -> Any:
     import inspect
 
     from .model import TopicModel
+    from .options import FLAT, flat_default
 
-    v = inspect.signature(TopicModel.__init__).parameters[name].default
+    v = flat_default(name) if name in FLAT else inspect.signature(TopicModel.__init__).parameters[name].default
     return none_as if v is None or v == "auto" else v
 
 
@@ -250,10 +254,12 @@ class ModelConfig:
     corpus_size: int = opt(_library_default("corpus_size", 0),
                            "Documents D the stochastic update scales a batch to; 0 = derived from the stream: "
                            "max(documents seen, topics x vocabulary / mean document length) (docs/defaults.md).", ge=0)
-    memo_window: int = opt(_library_default("memo_window"), "Batches the memoized update remembers (older ones are forgotten).", ge=1)
-    vocab_cap: int = opt(_library_default("vocab_cap"), "Largest vocabulary size.", ge=1)
+    memo_window: int = opt(_library_default("memo_window"), "Batches the memoized update remembers (older ones are forgotten); 0 = all.", ge=0)
+    vocab_cap: int = opt(_library_default("vocab_cap"), "Largest vocabulary size; 0 = unbounded.", ge=0)
+    vocab_decay: float = opt(_library_default("vocab_decay"), "Eviction: the word counts that pick the rarest decay by this factor per batch.", gt=0, le=1)
     vocab_policy: str = opt("ignore", "When the vocabulary is full: ignore new words, or evict the rarest.", choices=("ignore", "evict"))
     min_word_len: int = opt(_library_default("min_word_len"), "Shorter tokens are dropped by the tokenizer.", ge=1)
+    max_word_len: int = opt(_library_default("max_word_len"), "Longer tokens are dropped by the tokenizer (>= min_word_len).", ge=1)
     stopwords: str = opt("english", "Stopword list removed by the tokenizer.", choices=("english", "none"))
     segmentation: str = opt("whitespace", "Word segmentation: whitespace (words between spaces and punctuation) or cjk_bigrams (also cut runs of Chinese, Japanese, Korean and Thai characters into overlapping character pairs).", choices=("whitespace", "cjk_bigrams"))
     supervision: str = opt("none", "Supervised topics: none, hinge (max-margin), logistic, or regression on 'response'.", choices=("none", "hinge", "logistic", "regression"))
@@ -262,15 +268,29 @@ class ModelConfig:
     sup_epsilon: float = opt(0.0, "Regression: width of the insensitive zone epsilon; 0 = 1e-3 response standard deviations.", ge=0)
     sup_prior_var: float = opt(0.0, "Prior variance of the classifier weights; 0 = K unit^2 (scales itself).", ge=0)
     sup_decay: float = opt(_library_default("sup_decay"), "Weight the classifier keeps from earlier labelled batches per batch (1 = exact streaming posterior).", gt=0, le=1)
+    sup_sweeps: int = opt(_library_default("sup_sweeps"), "Gibbs sweeps of the classifier per labelled batch.", ge=1)
+    sup_burn_in: int = opt(-1, "Classifier sweeps discarded before averaging; -1 = half of sup_sweeps.", ge=-1)
+    sup_pg_method: str = opt(_library_default("sup_pg_method"), "Logistic loss: Polya-Gamma sampler, exact, gamma_sum (approximate, cost free of c) or auto (exact for c <= 8).", choices=("auto", "exact", "gamma_sum", "devroye"))
+    sup_max_labels: int = opt(0, "Cap of the label vocabulary (labels past it are errors); 0 = unbounded.", ge=0)
+    sup_features: str = opt(_library_default("sup_features"), "Topic proportions that train the classifier: unsupervised (the label-free local step, as at prediction time) or supervised.", choices=("unsupervised", "supervised"))
+    sup_local: bool = opt(_library_default("sup_local"), "Include the label term in the variational local step of labelled batches.")
     prequential_window: int = opt(1000, "Labelled documents over which the prequential accuracy metric is computed.", ge=1)
     max_local_iters: int = opt(_library_default("max_iter"), "Upper bound on local-step iterations per document.", ge=1)
     local_tol: float = opt(_library_default("tol"), "Local step stops when the mean change of theta falls below this.", gt=0)
+    active_eps: float = opt(_library_default("active_eps"), "Local step: topics below this responsibility leave a word's active set.", ge=0)
     restarts: bool = opt(_library_default("restarts"), "Local-step restarts: try other initialisations on hard documents and keep the best.")
+    restart_trials: int = opt(_library_default("restart_trials"), "Other starts tried per hard document.", ge=0)
+    restart_iters: int = opt(_library_default("restart_iters"), "Iterations of each restart trial.", ge=1)
+    init: str = opt(_library_default("init"), "Topic seeding from the first batch: kmeans++ (diverse documents) or random.", choices=("kmeans++", "random"))
+    init_smoothing: float = opt(_library_default("init_smoothing"), "Pseudo-counts every (word, topic) starts with.", ge=0)
     threads: int = opt(0, "Threads of the variational local step (a batch's documents split over them; the model "
                           "is the same for any number); 0 = the cores the process may use.", ge=0, le=1024)
     burn_in: int = opt(_library_default("burn_in"), "Alias engine: sweeps over each minibatch before its statistics are collected.", ge=0)
     sample_sweeps: int = opt(_library_default("sample_sweeps"), "Alias engine: sweeps whose topic counts are averaged into the update.", ge=1)
     mh_steps: int = opt(_library_default("mh_steps"), "Alias engine: Metropolis-Hastings steps of each kind (word, doc) per token and sweep.", ge=1)
+    proposal: str = opt(_library_default("proposal"), "Alias engine: cycle or mixture of the word and doc proposals.", choices=("cycle", "mixture"))
+    table_draws: int = opt(0, "Alias engine: samples drawn per alias table before it is rebuilt; 0 = max(K, 256).", ge=0)
+    alpha_proposal: str = opt(_library_default("alpha_proposal"), "Alias engine: the doc proposal's alpha part drawn from the word's table (word) or uniformly.", choices=("word", "uniform"))
     tries: int = opt(0, "Alias engine: candidates per word MH step (multiple-try); 0 = 2 from 256 topics on, else 1.",
                      ge=0, le=64)
     doc_tries: int = opt(0, "Alias engine: candidates per doc MH step (multiple-try); 0 = 1.", ge=0, le=64)
@@ -367,7 +387,7 @@ class Config:
                 elif isinstance(v, dict):
                     v = {k: (MASK if _secret_name(k) and x not in ("", None) else x) for k, x in v.items()}
                 d[f.name] = v
-            out[name] = d
+            out[name] = model_config.tables(section) if name == "model" else d
         return out
 
     @classmethod
@@ -404,6 +424,7 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     # section -> key -> (value, env variable name or None)
     values: dict[str, dict[str, tuple[Any, str | None]]] = {s: {} for s in _SECTIONS}
 
+    spelled: dict[str, str] = {}  # [model] keys given in a sub-table: flat key -> "engine.sparsity"
     for sname, table in data.items():
         if sname not in _SECTIONS:
             errors.append(f"config error: unknown section [{sname}]{_suggest(sname, _SECTIONS, '[{}]')}")
@@ -411,6 +432,10 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         if not isinstance(table, Mapping):
             errors.append(f"config error: [{sname}] must be a table (got {_fmt(table)})")
             continue
+        if sname == "model":  # [model.engine] ... tables onto the flat ModelConfig keys
+            table, names, errs = model_config.flatten(table)
+            errors.extend(errs)
+            spelled.update({k: v for k, v in names.items() if k != v})
         known = {f.name for f in dataclasses.fields(_SECTIONS[sname])}
         for key, value in table.items():
             if key not in known:
@@ -430,6 +455,13 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             )
             continue
         known = {f.name for f in dataclasses.fields(_SECTIONS[sname])}
+        if sname == "model" and "__" in key:  # STREAMTOPICS_MODEL__ENGINE__SPARSITY
+            flat, name = model_config.env_key(key)
+            if flat is not None:
+                key = flat
+                spelled[flat] = name
+            else:
+                key = name
         if key not in known:
             errors.append(
                 f"config error: {var}: unknown key {sname}.{key}"
@@ -445,7 +477,8 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             if f.name not in values[sname]:
                 continue
             raw, var = values[sname][f.name]
-            ok, value, err = _check(f, f"{sname}.{f.name}", raw, var)
+            name = spelled.get(f.name, f.name) if sname == "model" else f.name
+            ok, value, err = _check(f, f"{sname}.{name}", raw, var)
             if ok:
                 kwargs[f.name] = value
             else:
@@ -453,6 +486,11 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         sections[sname] = cls(**kwargs)  # invalid keys fall back to defaults so cross-checks still run
     cfg = Config(**sections)
     errors.extend(_cross_checks(cfg))
+    if not errors:  # rules of the option objects, and table fields of another kind
+        # a kind switched from the environment keeps the file's other fields without complaint
+        env_kinds = {k for k in ("engine", "update", "supervision") if values["model"].get(k, (None, None))[1]}
+        errors.extend(model_config.kind_errors(cfg.model, spelled, skip=env_kinds)
+                      + model_config.option_errors(cfg.model))
     if errors:
         raise ConfigError(errors)
     return cfg
@@ -691,22 +729,6 @@ def check_daemon_config(cfg: Config) -> list[str]:
     return errs
 
 
-def model_from_config(m: ModelConfig) -> "TopicModel":
-    """A fresh TopicModel with the ``[model]`` settings."""
-    from .model import TopicModel
-
-    return TopicModel(
-        n_topics=m.n_topics, engine=m.engine, sparsity=m.sparsity, update=m.update,
-        alpha=m.alpha or "auto", beta=m.beta, seed=m.seed, delay=m.delay, forgetting_rate=m.forgetting_rate,
-        rho_min=m.rho_min, corpus_size=m.corpus_size or None, memo_window=m.memo_window,
-        max_iter=m.max_local_iters, tol=m.local_tol, restarts=m.restarts, vocab_cap=m.vocab_cap,
-        vocab_policy=m.vocab_policy, min_word_len=m.min_word_len, stopwords=m.stopwords, segmentation=m.segmentation,
-        supervision=None if m.supervision == "none" else m.supervision, sup_c=m.sup_c or None,
-        sup_ell=m.sup_ell or None, sup_epsilon=m.sup_epsilon or None, sup_prior_var=m.sup_prior_var or None,
-        sup_decay=m.sup_decay, burn_in=m.burn_in, sample_sweeps=m.sample_sweeps, mh_steps=m.mh_steps,
-        tries=_alias_tries(m), threads=m.threads or None)
-
-
 def prequential_window(cfg: Config) -> int:
     """Documents the prequential accuracy averages over: ``metrics.prequential_window``;
     the older ``model.prequential_window`` still counts where only it was changed."""
@@ -714,19 +736,3 @@ def prequential_window(cfg: Config) -> int:
     if cfg.metrics.prequential_window == default and cfg.model.prequential_window != default:
         return cfg.model.prequential_window
     return cfg.metrics.prequential_window
-
-
-def _alias_tries(m: ModelConfig) -> tuple[int, int] | None:
-    """Config tries/doc_tries (0 = auto) as the model's (word, doc) pair; None keeps the library default."""
-    from .engines.alias import default_tries
-
-    if not (m.tries or m.doc_tries):
-        return None
-    word, doc = default_tries(m.n_topics)
-    return m.tries or word, m.doc_tries or doc
-
-
-def param_differences(model: "TopicModel", m: ModelConfig) -> dict[str, tuple[Any, Any]]:
-    fresh = model_from_config(m).get_params()
-    have = model.get_params()
-    return {k: (have.get(k), v) for k, v in fresh.items() if have.get(k) != v}

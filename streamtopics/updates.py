@@ -30,18 +30,10 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .options import CORPUS_SIZE_RULES, Memoized, Stochastic, check_corpus_size
 from .summary import Summary
 
-
-CORPUS_SIZE_RULES = ("seen",)
-
-
-def check_corpus_size(corpus_size) -> None:
-    """None (the rule of the module docstring), "seen", or a number of documents >= 1."""
-    if corpus_size is None or corpus_size in CORPUS_SIZE_RULES:
-        return
-    if isinstance(corpus_size, bool) or not isinstance(corpus_size, (int, float)) or not corpus_size >= 1:
-        raise ValueError(f"corpus_size must be None, 'seen' or a number of documents >= 1 (got {corpus_size!r})")
+__all__ = ["CORPUS_SIZE_RULES", "MemoizedUpdate", "StochasticUpdate", "check_corpus_size"]
 
 
 class StochasticUpdate:
@@ -49,13 +41,7 @@ class StochasticUpdate:
 
     def __init__(self, delay: float = 1.0, forgetting_rate: float = 0.6, rho_min: float = 0.0,
                  corpus_size: int | None = None):
-        if delay < 0:
-            raise ValueError(f"delay must be >= 0 (got {delay})")
-        if not 0.5 < forgetting_rate <= 1.0:
-            raise ValueError(f"forgetting_rate (kappa) must be in (0.5, 1] (got {forgetting_rate})")
-        if not 0.0 <= rho_min < 1.0:
-            raise ValueError(f"rho_min must be in [0, 1) (got {rho_min})")
-        check_corpus_size(corpus_size)
+        Stochastic(delay, forgetting_rate, rho_min, corpus_size)  # the option's rules: ValueError naming the field
         self.delay = float(delay)
         self.forgetting_rate = float(forgetting_rate)
         self.rho_min = float(rho_min)
@@ -108,8 +94,7 @@ class MemoizedUpdate:
     name = "memoized"
 
     def __init__(self, window: int | None = None):
-        if window is not None and window < 1:
-            raise ValueError(f"memoized window must be >= 1 batches or None (got {window})")
+        Memoized(window)  # the option's rules: ValueError naming the field
         self.window = window
         self.cache: OrderedDict[object, Summary] = OrderedDict()
         self.rejected = 0

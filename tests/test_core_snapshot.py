@@ -45,7 +45,7 @@ def assert_models_identical(a: TopicModel, b: TopicModel) -> None:
     assert a.vocab.counts.tobytes() == b.vocab.counts.tobytes()
     assert a.vocab.state() == b.vocab.state()
     assert a.rng.bit_generator.state == b.rng.bit_generator.state
-    assert a._auto_key == b._auto_key
+    assert a.auto_key == b.auto_key
     ca, cb = a.updater.cache_items(), b.updater.cache_items()
     assert [k for k, _ in ca] == [k for k, _ in cb]
     for (_, s), (_, t) in zip(ca, cb):

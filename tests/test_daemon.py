@@ -472,6 +472,8 @@ def _write_toml(path: Path, d: dict) -> Path:
             return "true" if v else "false"
         if isinstance(v, str):
             return json.dumps(v)
+        if isinstance(v, dict):  # e.g. [model.engine] of the shipped file, as an inline table
+            return "{" + ", ".join(f"{k} = {val(x)}" for k, x in v.items()) + "}"
         return repr(v)
 
     path.write_text("\n".join(f"[{s}]\n" + "\n".join(f"{k} = {val(v)}" for k, v in kv.items())

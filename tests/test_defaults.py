@@ -136,7 +136,7 @@ def test_installed_wheel_uses_the_packaged_config(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTOPICS_")}
     env["PYTHONPATH"] = str(target)
     probe = ("import streamtopics.cli as c, tomllib; p = c.DEFAULT_CONFIG; print(p); "
-             "print(tomllib.loads(p.read_text())['model']['corpus_size'])")
+             "print(tomllib.loads(p.read_text())['model']['update']['corpus_size'])")
     out = subprocess.run([sys.executable, "-c", probe], cwd=outside, env=env, capture_output=True, text=True,
                          timeout=120, check=True).stdout.split()
     assert Path(out[0]).is_relative_to(target) and out[1] == "0"
@@ -145,7 +145,7 @@ def test_installed_wheel_uses_the_packaged_config(tmp_path):
     assert shown.returncode == 0, shown.stderr
     assert str(target) in shown.stdout
     packaged = tomllib.loads((target / "streamtopics" / "data" / "streamtopics.toml").read_text())
-    assert f"corpus_size = {packaged['model']['corpus_size']}" in shown.stdout
+    assert f"corpus_size = {packaged['model']['update']['corpus_size']}" in shown.stdout
     assert f"n_topics = {packaged['model']['n_topics']}" in shown.stdout
 
 

@@ -114,7 +114,7 @@ def test_update_folds_the_averaged_augmentation():
     h = SupervisedHead(K, "logistic", c=4.0, seed=3, gibbs_sweeps=6)
     info = h.update(Z, y, batch_key="b0")
     assert info["retained"] == 3 and info["new_labels"] == ["c0", "c1", "c2"]
-    rec = h._memo["b0"]
+    rec = h.memo["b0"]
     A_ref, r_ref = contribution(Z, rec.rho, rec.kappa)
     np.testing.assert_allclose(h.A, A_ref, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(h.r, r_ref, rtol=1e-12, atol=1e-13)
@@ -131,7 +131,7 @@ def test_memoized_revisit_subtracts_exactly():
     h = SupervisedHead(K, "hinge", c=1.0, ell=1.0, seed=4, gibbs_sweeps=4)
     h.update(ZA, yA, batch_key="a")
     h.update(ZB, yB, batch_key="b")
-    recB = h._memo["b"]
+    recB = h.memo["b"]
     h.begin_batch("a")  # revisit a: its contribution leaves, b's stays
     A_ref, r_ref = contribution(ZB, recB.rho, recB.kappa)
     np.testing.assert_allclose(h.A, A_ref, rtol=1e-12, atol=1e-12)
@@ -140,7 +140,7 @@ def test_memoized_revisit_subtracts_exactly():
     # a full second lap replaces each batch instead of counting it twice
     h.update(ZA, yA, batch_key="a")
     h.update(ZB, yB, batch_key="b")
-    recA, recB = h._memo["a"], h._memo["b"]
+    recA, recB = h.memo["a"], h.memo["b"]
     A1, r1 = contribution(ZA, recA.rho, recA.kappa)
     A2, r2 = contribution(ZB, recB.rho, recB.kappa)
     np.testing.assert_allclose(h.A, A1 + A2, rtol=1e-12, atol=1e-12)
@@ -150,7 +150,7 @@ def test_memoized_revisit_subtracts_exactly():
     d = SupervisedHead(K, "hinge", c=1.0, ell=1.0, seed=4, gibbs_sweeps=4, decay=0.5)
     d.update(ZA, yA, batch_key="a")
     d.update(ZB, yB, batch_key="b")
-    rb = d._memo["b"]
+    rb = d.memo["b"]
     d.begin_batch("a")
     A_ref, r_ref = contribution(ZB, rb.rho, rb.kappa)
     np.testing.assert_allclose(d.A, 0.5 * A_ref, rtol=1e-12, atol=1e-12)
@@ -160,7 +160,7 @@ def test_memoized_revisit_subtracts_exactly():
     for key, Z, y in [("a", ZA, yA), ("b", ZB, yB), ("c", ZC, yC)]:
         w.update(Z, y, batch_key=key)
     assert w.memo_keys() == ["b", "c"]
-    parts = [contribution(Z, w._memo[k].rho, w._memo[k].kappa) for k, Z in [("b", ZB), ("c", ZC)]]
+    parts = [contribution(Z, w.memo[k].rho, w.memo[k].kappa) for k, Z in [("b", ZB), ("c", ZC)]]
     np.testing.assert_allclose(w.A, parts[0][0] + parts[1][0], rtol=1e-12, atol=1e-12)
 
 

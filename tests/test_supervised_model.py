@@ -285,7 +285,7 @@ def test_stochastic_model_keeps_no_head_memo(corpus, tmp_path):
     for j, i in enumerate(range(0, 240, 30)):
         m.partial_fit(docs[i:i + 30], labels=cls[i:i + 30], batch_key=f"p0:{j}")
     assert m.head.memo_keys() == []
-    header, arrays = m._snapshot_parts()
+    header, arrays = m.snapshot_parts()
     assert header["supervised"]["memo"] == [] and arrays["sup_memo_indptr"].size == 0
 
 

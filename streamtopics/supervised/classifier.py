@@ -60,14 +60,16 @@ restored head continues with exactly the draws the original would have made.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 
+from . import head_io
 from . import samplers as _s
+from .coefficients import expected_coefficients
 from .labels import LabelVocabulary
+from .memo import HeadMemo, MemoRecord, csr, fold
 from .scaling import AUTO, AUTO_NAMES, ScaleStats, auto_constants
 
 HINGE, LOGISTIC, REGRESSION = 0, 1, 2
@@ -80,8 +82,7 @@ DEFAULTS = {  # Gibbs MedLDA multi-class (c=1, ell=64); Zhu et al. 2013 binary (
 }
 PG_CHOICES = ("auto", *_s.METHODS)  # "auto": exact for c <= PG_EXACT_MAX_C, else the gamma sum
 PG_EXACT_MAX_C = 8.0  # exact PG(c) costs grow with c (chunks of <= 4); the gamma sum's cost does not
-SNAPSHOT_KIND = "streamtopics.supervised.head"
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_KIND, SNAPSHOT_FORMAT = head_io.SNAPSHOT_KIND, head_io.SNAPSHOT_FORMAT
 
 
 # =========================================================================== numba kernels
@@ -192,29 +193,6 @@ def _eta_sweeps_traced(eta, A, r, prior_prec, cptr, crow, cval, rho, kappa, omeg
 
 
 @njit(cache=True, nogil=True)
-def _fold(A, r, indptr, indices, data, rho, kappa, weight):
-    """A_l += weight sum_d rho_dl zbar_d zbar_d^T, r_l += weight sum_d kappa_dl zbar_d (CSR zbar).
-
-    O(L sum_d nnz_d^2): documents use few topics, so this is far below a dense K x K product.
-    Only the first rho.shape[1] labels are touched (a memoized batch predates later labels).
-    """
-    D, L = rho.shape
-    for d in range(D):
-        lo, hi = indptr[d], indptr[d + 1]
-        for l in range(L):
-            w = weight * rho[d, l]
-            kw = weight * kappa[d, l]
-            for p in range(lo, hi):
-                k = indices[p]
-                v = data[p]
-                r[l, k] += kw * v
-                if w != 0.0:
-                    wv = w * v
-                    for q in range(lo, hi):
-                        A[l, k, indices[q]] += wv * data[q]
-
-
-@njit(cache=True, nogil=True)
 def token_log_weights(eta, eta_sq, kappa_d, rho_d, m_d, inv_n, out):
     """Supervised log-weight of every topic k for one token of document d.
 
@@ -317,16 +295,6 @@ class Targets:
         return self.mask.any(axis=1)
 
 
-@dataclass
-class _MemoRecord:
-    indptr: np.ndarray
-    indices: np.ndarray
-    data: np.ndarray
-    rho: np.ndarray
-    kappa: np.ndarray
-    weight: float
-
-
 def _csc(Z: np.ndarray):
     """CSC columns of dense Z (D, K): (col_ptr (K+1,), rows, values) sorted by column."""
     kk, dd = np.nonzero(Z.T)
@@ -335,23 +303,64 @@ def _csc(Z: np.ndarray):
     return cptr, dd.astype(np.int64), np.ascontiguousarray(Z[dd, kk])
 
 
-def _csr(Z: np.ndarray):
-    dd, kk = np.nonzero(Z)
-    indptr = np.zeros(Z.shape[0] + 1, dtype=np.int64)
-    np.cumsum(np.bincount(dd, minlength=Z.shape[0]), out=indptr[1:])
-    return indptr, kk.astype(np.int32), np.ascontiguousarray(Z[dd, kk])
-
-
 def is_missing(t) -> bool:
     return t is None or (isinstance(t, float) and math.isnan(t))
 
 
+def resolve_params(n_topics, loss, task, c, ell, epsilon, prior_var, decay, gibbs_sweeps, burn_in, pg_method,
+                   pg_tol, memo_window):
+    """Validate ``SupervisedHead``'s arguments; return (task, (c, ell, epsilon, prior_var) as numbers,
+    the names of the self-scaling ones)."""
+    if not isinstance(n_topics, (int, np.integer)) or n_topics < 1:
+        raise ValueError(f"n_topics must be a positive int (got {n_topics!r})")
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {sorted(LOSSES)} (got {loss!r})")
+    if loss == "regression":
+        if task not in (None, "regression"):
+            raise ValueError(f"loss='regression' needs task='regression' (got {task!r})")
+        task = "regression"
+    elif task not in (None, "multiclass", "multilabel"):
+        raise ValueError(f"task for a classification loss must be 'multiclass' or 'multilabel' (got {task!r})")
+    d = DEFAULTS[loss]
+    given = {"c": c, "ell": ell, "epsilon": epsilon, "prior_var": prior_var}
+    for name, v in given.items():
+        if isinstance(v, str) and v != AUTO:
+            raise ValueError(f"{name} must be a number, None or {AUTO!r} (got {v!r})")
+    auto = tuple(n for n in AUTO_NAMES if given[n] == AUTO)
+    provisional = auto_constants(loss, int(n_topics), ScaleStats().mean_doc_len)
+    c = provisional["c"] if c == AUTO else d["c"] if c is None else float(c)
+    ell = provisional["ell"] if ell == AUTO else d["ell"] if ell is None else float(ell)
+    epsilon = provisional["epsilon"] if epsilon == AUTO else d["epsilon"] if epsilon is None else float(epsilon)
+    prior_var = provisional["prior_var"] if prior_var == AUTO else float(prior_var)
+    if not (c > 0 and math.isfinite(c)):
+        raise ValueError(f"c must be positive (got {c})")
+    if loss == "hinge" and not ell > 0:
+        raise ValueError(f"ell must be positive for the hinge loss (got {ell})")
+    if not epsilon >= 0:
+        raise ValueError(f"epsilon must be >= 0 (got {epsilon})")
+    if not (prior_var > 0 and math.isfinite(prior_var)):
+        raise ValueError(f"prior_var must be positive (got {prior_var})")
+    if not 0.0 < decay <= 1.0:
+        raise ValueError(f"decay must be in (0, 1] (got {decay})")
+    if not isinstance(gibbs_sweeps, (int, np.integer)) or gibbs_sweeps < 1:
+        raise ValueError(f"gibbs_sweeps must be a positive int (got {gibbs_sweeps!r})")
+    if burn_in is not None and (not isinstance(burn_in, (int, np.integer)) or burn_in < 0):
+        raise ValueError(f"burn_in must be a non-negative int or None (got {burn_in!r})")
+    if pg_method not in PG_CHOICES:
+        raise ValueError(f"pg_method must be one of {sorted(PG_CHOICES)} (got {pg_method!r})")
+    if loss == "logistic" and pg_method == "exact" and c < 1.0 and "c" not in auto:
+        raise ValueError("exact PG sampling needs c >= 1; use pg_method='gamma_sum' for c < 1")
+    if not 0.0 < pg_tol < 1.0:
+        raise ValueError(f"pg_tol must be in (0, 1) (got {pg_tol})")
+    if memo_window is not None and (not isinstance(memo_window, (int, np.integer)) or memo_window < 1):
+        raise ValueError(f"memo_window must be a positive int or None (got {memo_window!r})")
+    return task, (c, ell, epsilon, prior_var), auto
+
+
 # =========================================================================== the head
 class SupervisedHead:
-    """Streaming supervised head over topic proportions (see module docstring).
+    """Streaming supervised head over topic proportions (see module docstring).  Parameters:
 
-    Parameters
-    ----------
     n_topics : K, the length of zbar_d.
     loss : "hinge" (Gibbs MedLDA), "logistic" (Pólya-Gamma) or "regression" (eps-insensitive).
     task : "multiclass" | "multilabel" | "regression"; None infers it from the first
@@ -369,8 +378,8 @@ class SupervisedHead:
         (exact for c <= PG_EXACT_MAX_C, the gamma sum above, where exact draws cost O(c)).
     pg_tol : W2 tolerance (in standard deviations) of the gamma-sum method.
     max_labels, on_overflow : label vocabulary cap and policy (see ``labels``).
-    memo_window : keep at most this many memoized batches (oldest subtracted); None = all.
-    """
+    memo_window : keep at most this many memoized batches (oldest subtracted, ``memo.HeadMemo``); None = all.
+    Argument checks: ``resolve_params``; snapshots: ``head_io``."""
 
     def __init__(self, n_topics: int, loss: str = "hinge", *, task: str | None = None,
                  c: float | None = None, ell: float | None = None, epsilon: float | None = None,
@@ -378,50 +387,10 @@ class SupervisedHead:
                  burn_in: int | None = None, seed: int = 0, pg_method: str = "exact",
                  pg_tol: float = 1e-2, max_labels: int | None = None, on_overflow: str = "error",
                  memo_window: int | None = None):
-        if not isinstance(n_topics, (int, np.integer)) or n_topics < 1:
-            raise ValueError(f"n_topics must be a positive int (got {n_topics!r})")
-        if loss not in LOSSES:
-            raise ValueError(f"loss must be one of {sorted(LOSSES)} (got {loss!r})")
-        if loss == "regression":
-            if task not in (None, "regression"):
-                raise ValueError(f"loss='regression' needs task='regression' (got {task!r})")
-            task = "regression"
-        elif task not in (None, "multiclass", "multilabel"):
-            raise ValueError(f"task for a classification loss must be 'multiclass' or 'multilabel' (got {task!r})")
-        d = DEFAULTS[loss]
-        given = {"c": c, "ell": ell, "epsilon": epsilon, "prior_var": prior_var}
-        for name, v in given.items():
-            if isinstance(v, str) and v != AUTO:
-                raise ValueError(f"{name} must be a number, None or {AUTO!r} (got {v!r})")
-        self._auto = tuple(n for n in AUTO_NAMES if given[n] == AUTO)
+        task, (c, ell, epsilon, prior_var), self._auto = resolve_params(
+            n_topics, loss, task, c, ell, epsilon, prior_var, decay, gibbs_sweeps, burn_in, pg_method, pg_tol,
+            memo_window)
         self.scale_stats = ScaleStats()
-        provisional = auto_constants(loss, int(n_topics), self.scale_stats.mean_doc_len)
-        c = provisional["c"] if c == AUTO else d["c"] if c is None else float(c)
-        ell = provisional["ell"] if ell == AUTO else d["ell"] if ell is None else float(ell)
-        epsilon = provisional["epsilon"] if epsilon == AUTO else d["epsilon"] if epsilon is None else float(epsilon)
-        prior_var = provisional["prior_var"] if prior_var == AUTO else float(prior_var)
-        if not (c > 0 and math.isfinite(c)):
-            raise ValueError(f"c must be positive (got {c})")
-        if loss == "hinge" and not ell > 0:
-            raise ValueError(f"ell must be positive for the hinge loss (got {ell})")
-        if not epsilon >= 0:
-            raise ValueError(f"epsilon must be >= 0 (got {epsilon})")
-        if not (prior_var > 0 and math.isfinite(prior_var)):
-            raise ValueError(f"prior_var must be positive (got {prior_var})")
-        if not 0.0 < decay <= 1.0:
-            raise ValueError(f"decay must be in (0, 1] (got {decay})")
-        if not isinstance(gibbs_sweeps, (int, np.integer)) or gibbs_sweeps < 1:
-            raise ValueError(f"gibbs_sweeps must be a positive int (got {gibbs_sweeps!r})")
-        if burn_in is not None and (not isinstance(burn_in, (int, np.integer)) or burn_in < 0):
-            raise ValueError(f"burn_in must be a non-negative int or None (got {burn_in!r})")
-        if pg_method not in PG_CHOICES:
-            raise ValueError(f"pg_method must be one of {sorted(PG_CHOICES)} (got {pg_method!r})")
-        if loss == "logistic" and pg_method == "exact" and c < 1.0 and "c" not in self._auto:
-            raise ValueError("exact PG sampling needs c >= 1; use pg_method='gamma_sum' for c < 1")
-        if not 0.0 < pg_tol < 1.0:
-            raise ValueError(f"pg_tol must be in (0, 1) (got {pg_tol})")
-        if memo_window is not None and (not isinstance(memo_window, (int, np.integer)) or memo_window < 1):
-            raise ValueError(f"memo_window must be a positive int or None (got {memo_window!r})")
         self.n_topics = int(n_topics)
         self.loss = loss
         self.task = task
@@ -442,13 +411,13 @@ class SupervisedHead:
         self.eta_sq_mean = np.full((L0, K), self.prior_var)  # their second moments E[eta^2]
         self.A = np.zeros((L0, K, K))         # carried precision (data part), per label
         self.r = np.zeros((L0, K))            # carried linear term, per label
-        self._memo: OrderedDict = OrderedDict()
+        self.memo = HeadMemo(self.memo_window)  # keyed batches' contributions (memoized laps)
         self.n_calls = 0                      # index of the next RNG stream
         self.n_updates = 0
         self.docs_seen = 0
-        self._acc_sum = np.zeros((L0, K))
-        self._acc_sq = np.zeros((L0, K))
-        self._acc_n = 0
+        self.acc_sum = np.zeros((L0, K))
+        self.acc_sq = np.zeros((L0, K))
+        self.acc_n = 0
 
     # ------------------------------------------------------------------ parameters
     def get_params(self) -> dict:
@@ -491,9 +460,9 @@ class SupervisedHead:
         rows = tg.labelled
         responses = tg.y[rows, 0] if self.task == "regression" else None
         self.scale_stats.observe(lengths[rows], responses)
-        self._apply_auto()
+        self.refresh_auto()
 
-    def _apply_auto(self) -> None:
+    def refresh_auto(self) -> None:
         if not self._auto:
             return
         sd, rms = self.scale_stats.response_moments()
@@ -584,8 +553,8 @@ class SupervisedHead:
         self.eta_sq_mean = np.vstack([self.eta_sq_mean, np.full((n, K), self.prior_var)])
         self.A = np.concatenate([self.A, np.zeros((n, K, K))])
         self.r = np.vstack([self.r, np.zeros((n, K))])
-        self._acc_sum = np.vstack([self._acc_sum, np.zeros((n, K))])
-        self._acc_sq = np.vstack([self._acc_sq, np.zeros((n, K))])
+        self.acc_sum = np.vstack([self.acc_sum, np.zeros((n, K))])
+        self.acc_sq = np.vstack([self.acc_sq, np.zeros((n, K))])
 
     # ------------------------------------------------------------------ checks
     def _zbar(self, zbar) -> np.ndarray:
@@ -659,24 +628,22 @@ class SupervisedHead:
         tr = np.zeros((n_sweeps if trace else 0, self.n_labels, self.n_topics))
         self._reseed()
         _eta_sweeps_traced(self.eta, self.A, self.r, self.prior_prec, cptr, crow, cval, rho, kappa,
-                           om, u, int(n_sweeps), tr, self._acc_sum, self._acc_sq, bool(retain))
+                           om, u, int(n_sweeps), tr, self.acc_sum, self.acc_sq, bool(retain))
         if retain:
-            self._acc_n += int(n_sweeps)
+            self.acc_n += int(n_sweeps)
         return tr if trace else None
 
     def begin_batch(self, batch_key=None) -> None:
         """Start a batch: subtract the memoized contribution of ``batch_key``, apply the decay."""
         self._check_key(batch_key)
-        if batch_key is not None and batch_key in self._memo:
-            self._subtract(self._memo.pop(batch_key))
+        self.memo.forget(batch_key, self.A, self.r)
         if self.decay < 1.0:
             self.A *= self.decay
             self.r *= self.decay
-            for rec in self._memo.values():
-                rec.weight *= self.decay
-        self._acc_sum[:] = 0.0
-        self._acc_sq[:] = 0.0
-        self._acc_n = 0
+            self.memo.decay(self.decay)
+        self.acc_sum[:] = 0.0
+        self.acc_sq[:] = 0.0
+        self.acc_n = 0
 
     def end_batch(self, zbar, rho, kappa, batch_key=None) -> None:
         """Fold the batch (averaged rho, kappa) into the carried statistics; memoize it by key.
@@ -686,19 +653,15 @@ class SupervisedHead:
         self._check_key(batch_key)
         Z = self._zbar(zbar)
         rho, kappa = self._coefs(rho, kappa, Z.shape[0])
-        indptr, indices, data = _csr(Z)
-        _fold(self.A, self.r, indptr, indices, data, rho, kappa, 1.0)
+        indptr, indices, data = csr(Z)
+        fold(self.A, self.r, indptr, indices, data, rho, kappa, 1.0)
         if batch_key is not None:
-            self._memo[batch_key] = _MemoRecord(indptr, indices, data, rho.copy(), kappa.copy(), 1.0)
-            self.limit_memo(self.memo_window)
-        if self._acc_n > 0:
-            self.eta_mean = self._acc_sum / self._acc_n
-            self.eta_sq_mean = self._acc_sq / self._acc_n
+            self.memo.add(batch_key, MemoRecord(indptr, indices, data, rho.copy(), kappa.copy(), 1.0), self.A, self.r)
+        if self.acc_n > 0:
+            self.eta_mean = self.acc_sum / self.acc_n
+            self.eta_sq_mean = self.acc_sq / self.acc_n
         self.n_updates += 1
         self.docs_seen += int(((rho > 0) | (kappa != 0)).any(axis=1).sum())
-
-    def _subtract(self, rec: _MemoRecord) -> None:
-        _fold(self.A, self.r, rec.indptr, rec.indices, rec.data, rec.rho, rec.kappa, -rec.weight)
 
     # ------------------------------------------------------------------ one call per batch
     def update(self, zbar, targets, batch_key=None, n_sweeps: int | None = None) -> dict:
@@ -738,8 +701,8 @@ class SupervisedHead:
             kept = _gibbs_batch(LOSSES[self.loss], self.c, self.ell, self.epsilon, self._pg_id(),
                                 self.pg_tol, y, mask, self.eta, self.A, self.r, self.prior_prec,
                                 cptr, crow, cval, om, u, n_sweeps, burn, rho, kappa,
-                                rho_sum, kappa_sum, self._acc_sum, self._acc_sq)
-            self._acc_n += kept
+                                rho_sum, kappa_sum, self.acc_sum, self.acc_sq)
+            self.acc_n += kept
             rho = rho_sum / kept
             kappa = kappa_sum / kept
         self.end_batch(Zl, rho, kappa, batch_key)
@@ -765,132 +728,30 @@ class SupervisedHead:
 
     # ------------------------------------------------------------------ variational coefficients
     def expected_coefficients(self, e_omega, e_omega_sq, targets) -> tuple[np.ndarray, np.ndarray]:
-        """Mean-field (rho, kappa): the expectations under q(lam) given E[omega], E[omega^2].
-
-        q(lam) prop. to exp(E_q log phi(y, lam | z, eta)) (docs/supervised.md §5):
-          hinge      E[1/lam] = 1/(c sqrt(E zeta^2)),  E zeta^2 = ell^2 - 2 ell y E omega + E omega^2
-          logistic   q(lam) = PG(c, sqrt(E omega^2)),  E lam = c tanh(w/2)/(2w)
-          regression E[1/lam] = 1/(c sqrt(E (y-eps-omega)^2)), E[1/om] likewise with y+eps
-        and then rho, kappa as in the sampler.  Shapes (D, L).
-        """
+        """Mean-field (rho, kappa), shapes (D, L): ``coefficients.expected_coefficients`` with this
+        head's loss and constants."""
         tg = targets if isinstance(targets, Targets) else self.encode_targets(targets, grow=False)
-        m = np.asarray(e_omega, dtype=np.float64)
-        s = np.asarray(e_omega_sq, dtype=np.float64)
-        if m.shape != tg.y.shape or s.shape != tg.y.shape:
-            raise ValueError(f"e_omega and e_omega_sq must have shape {tg.y.shape}")
-        if (s < m * m - 1e-12 * np.maximum(1.0, m * m)).any():
-            raise ValueError("e_omega_sq must be >= e_omega^2")
-        y, c, ell, eps = tg.y, self.c, self.ell, self.epsilon
-        # E zeta^2 is floored at 1/c^2, the width of exp(-2c max(0, zeta)): at E zeta^2 -> 0 the
-        # GIG mean E[1/lam] diverges and the label term would swamp the words (docs/supervised.md §7).
-        tiny = 1.0 / (c * c)
-        with np.errstate(divide="ignore"):
-            if self.loss == "hinge":
-                ez2 = np.maximum(ell * ell - 2.0 * ell * y * m + s, tiny)
-                il = 1.0 / (c * np.sqrt(ez2))
-                rho, kappa = c * c * il, c * y * (1.0 + c * ell * il)
-            elif self.loss == "logistic":
-                w = np.sqrt(np.maximum(s, 0.0))
-                small = w < 1e-6
-                el = np.where(small, c * (0.25 - w * w / 48.0), c * np.tanh(0.5 * w) / (2.0 * np.where(small, 1.0, w)))
-                rho, kappa = el, 0.5 * c * y
-            else:
-                e1 = np.maximum((y - eps) ** 2 - 2.0 * (y - eps) * m + s, tiny)
-                e2 = np.maximum((y + eps) ** 2 - 2.0 * (y + eps) * m + s, tiny)
-                il, io = 1.0 / (c * np.sqrt(e1)), 1.0 / (c * np.sqrt(e2))
-                rho, kappa = c * c * (il + io), c * c * ((y - eps) * il + (y + eps) * io)
-        return np.where(tg.mask, rho, 0.0), np.where(tg.mask, kappa, 0.0)
+        return expected_coefficients(self.loss, self.c, self.ell, self.epsilon, e_omega, e_omega_sq, tg.y, tg.mask)
 
     # ------------------------------------------------------------------ snapshots
     def state(self) -> tuple[dict, dict]:
-        """(msgpack-able header, dict of numpy arrays); never pickle."""
-        memo_meta = []
-        parts = {"indptr": [], "indices": [], "data": [], "rho": [], "kappa": []}
-        for key, rec in self._memo.items():
-            memo_meta.append([key, float(rec.weight), int(rec.indptr.shape[0] - 1), int(rec.rho.shape[1]),
-                              int(rec.indices.shape[0])])
-            parts["indptr"].append(rec.indptr)
-            parts["indices"].append(rec.indices)
-            parts["data"].append(rec.data)
-            parts["rho"].append(rec.rho.ravel())
-            parts["kappa"].append(rec.kappa.ravel())
-        header = {"kind": SNAPSHOT_KIND, "format": SNAPSHOT_FORMAT, "params": self.get_params(),
-                  "task": self.task, "labels": self.labels.state(), "n_calls": self.n_calls,
-                  "n_updates": self.n_updates, "docs_seen": self.docs_seen, "memo": memo_meta,
-                  "acc_n": self._acc_n, "scale_stats": self.scale_stats.state()}
-        cat = {"indptr": np.int64, "indices": np.int32, "data": np.float64, "rho": np.float64, "kappa": np.float64}
-        arrays = {"eta": self.eta.copy(), "eta_mean": self.eta_mean.copy(), "eta_sq_mean": self.eta_sq_mean.copy(),
-                  "A": self.A.copy(), "r": self.r.copy(), "acc_sum": self._acc_sum.copy(),
-                  "acc_sq": self._acc_sq.copy()}
-        for name, dt in cat.items():
-            arrays["memo_" + name] = (np.concatenate(parts[name]).astype(dt) if parts[name]
-                                      else np.zeros(0, dtype=dt))
-        return header, arrays
+        """(msgpack-able header, dict of numpy arrays); never pickle (``head_io``)."""
+        return head_io.head_state(self)
 
     @classmethod
     def restore(cls, header: dict, arrays: dict) -> "SupervisedHead":
-        if header.get("kind") != SNAPSHOT_KIND:
-            raise ValueError(f"not a supervised-head state (kind={header.get('kind')!r})")
-        if header.get("format") != SNAPSHOT_FORMAT:
-            raise ValueError(f"unsupported supervised-head state format {header.get('format')!r}")
-        p = dict(header["params"])
-        p["task"] = header.get("task", p.get("task"))
-        head = cls(**p)
-        head.labels = LabelVocabulary.restore(header["labels"])
-        eta = np.asarray(arrays["eta"])
-        if eta.ndim != 2:
-            raise ValueError(f"state array eta must be 2-d (got shape {eta.shape})")
-        L, K = eta.shape
-        if K != head.n_topics or (head.task != "regression" and L != len(head.labels)):
-            raise ValueError(f"state arrays hold {L} x {K}, header says {len(head.labels)} labels x {head.n_topics}")
-        for name in ("eta", "eta_mean", "eta_sq_mean", "r"):
-            setattr(head, name, np.array(arrays[name], dtype=np.float64).reshape(L, K))
-        head.A = np.array(arrays["A"], dtype=np.float64).reshape(L, K, K)
-        head._acc_sum = np.array(arrays["acc_sum"], dtype=np.float64).reshape(L, K)
-        head._acc_sq = np.array(arrays["acc_sq"], dtype=np.float64).reshape(L, K)
-        head._acc_n = int(header.get("acc_n", 0))
-        head.n_calls = int(header["n_calls"])
-        head.n_updates = int(header["n_updates"])
-        head.docs_seen = int(header["docs_seen"])
-        if "scale_stats" in header:
-            head.scale_stats = ScaleStats.restore(header["scale_stats"])
-            head._apply_auto()
-        o = {"indptr": 0, "indices": 0, "data": 0, "rho": 0, "kappa": 0}
-        for key, weight, n_docs, n_rows, nnz in header["memo"]:
-            def take(name, n):
-                a = np.array(arrays["memo_" + name][o[name]:o[name] + n])
-                if a.shape[0] != n:
-                    raise ValueError(f"memo array {name} is truncated")
-                o[name] += n
-                return a
-            indptr = take("indptr", n_docs + 1).astype(np.int64)
-            rec = _MemoRecord(indptr, take("indices", nnz).astype(np.int32), take("data", nnz),
-                              take("rho", n_docs * n_rows).reshape(n_docs, n_rows),
-                              take("kappa", n_docs * n_rows).reshape(n_docs, n_rows), float(weight))
-            head._memo[key] = rec
-        return head
+        return head_io.restore_head(cls, header, arrays)
 
     def memo_keys(self) -> list:
-        return list(self._memo.keys())
+        return self.memo.keys()
 
     def release_memo(self) -> int:
-        """Forget every memo record, keeping its contribution in the carried statistics.
-
-        For owners that never revisit a batch (a stochastic topic update): the records only
-        serve a revisit, so keeping them would grow memory and snapshots without bound.
-        Returns the number of records released."""
-        n = len(self._memo)
-        self._memo.clear()
-        return n
+        """Forget every memo record (kept in the carried statistics); returns how many.  For owners
+        that never revisit a batch: the records would grow memory and snapshots without bound."""
+        return self.memo.release()
 
     def limit_memo(self, window: int | None) -> int:
         """Set ``memo_window`` and subtract the oldest records beyond it; returns how many."""
-        if window is not None and (not isinstance(window, (int, np.integer)) or window < 1):
-            raise ValueError(f"memo_window must be a positive int or None (got {window!r})")
-        self.memo_window = None if window is None else int(window)
-        n = 0
-        while self.memo_window is not None and len(self._memo) > self.memo_window:
-            _, old = self._memo.popitem(last=False)
-            self._subtract(old)
-            n += 1
+        n = self.memo.limit(window, self.A, self.r)
+        self.memo_window = self.memo.window
         return n

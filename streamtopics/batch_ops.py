@@ -1,0 +1,51 @@
+"""Small array helpers on a ``Batch`` that the model, its fitting loops and its persistence share."""
+from __future__ import annotations
+
+import numpy as np
+
+from .batch import Batch, batch_from_arrays
+
+TRANSFORM_CHUNK = 2048  # documents per local-step call when inferring many documents at once
+
+
+def doc_lengths(batch: Batch) -> np.ndarray:
+    """Token count N_d of every document of the batch."""
+    rows = np.repeat(np.arange(batch.n_docs), np.diff(batch.doc_ptr))
+    return np.bincount(rows, weights=batch.counts, minlength=batch.n_docs)
+
+
+def normalise_rows(doc_topic: np.ndarray) -> np.ndarray:
+    """zbar_d = N_dk / N_d (rows of empty documents stay zero)."""
+    tot = doc_topic.sum(axis=1, keepdims=True)
+    return np.ascontiguousarray(doc_topic / np.where(tot > 0, tot, 1.0))
+
+
+def slice_batch(batch: Batch, lo: int, hi: int) -> Batch:
+    """Documents lo..hi-1 of ``batch`` as a batch of their own (the batch itself when whole)."""
+    if lo == 0 and hi == batch.n_docs:
+        return batch
+    s, e = batch.doc_ptr[lo], batch.doc_ptr[hi]
+    return batch_from_arrays(batch.doc_ptr[lo:hi + 1] - s, batch.word_ids[s:e], batch.counts[s:e])
+
+
+def chunks(n_docs: int):
+    """(lo, hi) ranges of at most TRANSFORM_CHUNK documents covering 0..n_docs-1."""
+    for lo in range(0, n_docs, TRANSFORM_CHUNK):
+        yield lo, min(lo + TRANSFORM_CHUNK, n_docs)
+
+
+def tokenize_docs(tokenizer, docs) -> list[list[str]]:
+    """Raw strings go through ``tokenizer``; token lists are taken as given (checked to hold str)."""
+    if isinstance(docs, (str, bytes)):
+        raise TypeError("docs must be a sequence of documents (a list of str or of token lists), not one str")
+    out = []
+    for i, d in enumerate(docs):
+        if isinstance(d, str):
+            out.append(tokenizer(d))
+        elif isinstance(d, (list, tuple)):
+            if not all(issubclass(t, str) for t in set(map(type, d))):
+                raise TypeError(f"document {i}: a token list must contain only str")
+            out.append(list(d))
+        else:
+            raise TypeError(f"document {i}: expected str or list[str], got {type(d).__name__}")
+    return out
