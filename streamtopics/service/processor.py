@@ -215,11 +215,9 @@ class BatchProcessor:
         # GIL-bound Python again until the next kernel or an idle wait: publishing this batch
         # then overlaps the next batch's kernels instead of its tokenization.
         self._gil_free(False)
-        res.theta = model.theta(local.doc_topic, local.alpha)
-        res.stats = model.last_stats
+        res.theta, res.stats = local.theta, local.stats  # BatchResult: nothing read from the live model
         stages["predict"], stages["learn"] = res.stats.get("local_seconds", 0.0), res.stats.get("update_seconds", 0.0)
-        scores, predicted = getattr(local, "scores", None), getattr(local, "predicted", None)
-        res.sup = None if predicted is None else (scores, predicted)
+        res.sup = None if local.predicted is None else (local.scores, local.predicted)
         res.n_tokens = int(batch.n_tokens)
         return res
 
