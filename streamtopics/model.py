@@ -215,8 +215,10 @@ class TopicModel:
         t1 = time.perf_counter()
         info: dict = {}
         if learn and batch.n_docs > 0:
-            batch_key = self._memo_key(batch_key)
-            info = self._global_update(result, pre, batch, batch_key)
+            batch_key = self.memo_key(batch_key)
+            # a sampler's objective is not the variational one the memoized update compares
+            objective = None if self.engine == "alias" else result.objective
+            info = self.learn(result.summary, objective, pre.doc_topic, batch.n_docs, batch.n_tokens, batch_key)
         t2 = time.perf_counter()
         sup_counts = None
         if sup_step:
@@ -264,24 +266,25 @@ class TopicModel:
             scores, predicted = self._predict_from(pre.doc_topic)
         return result, pre, scores, predicted
 
-    def _global_update(self, result, pre, batch: Batch, batch_key) -> dict:
-        """The update of the topics (and of alpha="auto") from a learned batch; its statistics."""
-        # A sampler's objective is not the variational one the memoized update compares.
-        info = self._apply(result.summary, None if self.engine == "alias" else result.objective, batch_key)
+    def learn(self, summary: Summary, objective: float | None, doc_topic: np.ndarray, n_docs: int, n_tokens: int,
+              batch_key=None) -> dict:
+        """Global update from a local step's ``summary`` and label-free ``doc_topic`` counts: topics,
+        alpha="auto", counters, trends (``process``; a replica applying the update log)."""
+        info = self._apply(summary, objective, batch_key)
         if self.alpha == "auto":
             # alpha's Newton steps follow the stochastic schedule (the defaults' under a memoized update)
             u = self.options.update if isinstance(self.options.update, Stochastic) else Stochastic()
             rho = max(u.rho_min, (u.delay + self.state.n_updates + 1) ** -u.forgetting_rate)
-            self.state.alpha = alpha_step(self.state.alpha, pre.doc_topic, rho)
+            self.state.alpha = alpha_step(self.state.alpha, doc_topic, rho)
             info["alpha"] = self.state.alpha
-        self.state.docs_seen += batch.n_docs
-        self.state.tokens_seen += batch.n_tokens
+        self.state.docs_seen += n_docs
+        self.state.tokens_seen += n_tokens
         self.state.n_updates += 1
         self.state.version += 1
-        self.trends.observe(pre.doc_topic.sum(axis=0), self.state.version)
+        self.trends.observe(doc_topic.sum(axis=0), self.state.version)
         return info
 
-    def _memo_key(self, batch_key):
+    def memo_key(self, batch_key):
         """The key a learned batch is memoized under: None for a stochastic update (nothing is
         ever revisited, so neither the topic updater nor the supervised head keeps a record),
         the given or an automatic key for a memoized one (the head shares the updater's keys)."""

@@ -1,0 +1,333 @@
+"""Replicas as deterministic state machines over an update log (docs/scale-out.md), no Kafka.
+
+A replica *computes* a batch's local step against its model at update-log offset ``base`` and
+turns it into an ``UpdateRecord``: the batch's sufficient statistics (the ``Summary`` CSR over
+its words), its label-free document-topic counts (for alpha="auto"), its size, and its source
+(input topic, partition, offsets, epoch). It never changes its model while computing: new
+words get temporary ids that are rolled back (``prepare_mark`` / ``undo_prepare``), and the
+record names them as strings. Every replica then *applies* every record in log order, its own
+included: the source range is checked against the replicated ledger (a range learned already
+is skipped, on every replica alike), new words join the vocabulary in record order
+(``Vocabulary.add_batch``, so ids are a function of the log prefix), and ``TopicModel.learn``
+runs the global update. A record computed against a model with no topics yet carries the
+batch's tokens instead (``kind="batch"``): applying it seeds the topics and runs the whole
+step, with the model's generator seeded from the record's log offset. Hence replicas that
+applied the same log prefix hold bit-identical models (``digest``).
+
+Wire format: msgpack maps with raw little-endian array buffers (never pickle); a record above
+``max_bytes`` is split by summary rows into parts that share ``rid`` (``encode``), which
+``Assembler`` puts back together.
+
+Scope of this version: the variational engine, stochastic and memoized updates, unsupervised
+models (``check_replicable`` says why anything else is refused).
+"""
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+
+import msgpack
+import numpy as np
+
+from ..summary import Summary
+from .ledger import OffsetLedger
+
+__all__ = ["Assembler", "Source", "UpdateRecord", "Replica", "check_replicable", "decode", "encode", "digest"]
+
+MAX_RECORD_BYTES = 900_000  # below the broker's default message limit (1 MiB) with room for headers
+_ARRAYS = ("known", "indptr", "topics", "values", "totals", "doc_ptr", "doc_topics", "doc_values")
+
+
+@dataclass(frozen=True)
+class Source:
+    """The input records an update learned: ``[first, next)`` of ``topic``:``partition`` in log ``epoch``."""
+
+    topic: str
+    partition: int
+    first: int
+    next: int
+    epoch: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.topic}:{self.partition}"
+
+    @property
+    def batch_key(self) -> str:
+        key = f"{self.topic}:{self.partition}:{self.first}"
+        return f"{key}~{self.epoch}" if self.epoch else key
+
+
+@dataclass
+class UpdateRecord:
+    """One learned batch, as every replica applies it (see the module docstring).
+
+    Rows of the summary are the batch's words: ``known[r]`` is the word's id at ``base`` or -1,
+    and the -1 rows are named, in row order, by ``new_words``; ``totals[r]`` is the word's token
+    count in the batch (the vocabulary's counts grow by it)."""
+
+    source: Source
+    base: int
+    kind: str = "summary"                 # "summary" | "batch" (tokens: the model had no topics yet)
+    n_docs: int = 0
+    n_tokens: int = 0
+    objective: float | None = None
+    entropy: float = 0.0
+    alloc: float = 0.0
+    known: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    new_words: list = field(default_factory=list)
+    indptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    topics: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    values: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
+    totals: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
+    doc_ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    doc_topics: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    doc_values: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
+    tokens: list | None = None
+    rid: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.indptr.size - 1)
+
+
+def check_replicable(model) -> list[str]:
+    """Why ``model`` cannot be replicated through the log yet (empty: it can)."""
+    errs = []
+    if model.engine != "lsparse":
+        errs.append(f"replicas: engine {model.engine!r} is not supported yet (the variational engine is)")
+    if model.supervision is not None:
+        errs.append("replicas: supervised models are not supported yet (the classifier's statistics "
+                    "are not in the update record)")
+    return errs
+
+
+# --------------------------------------------------------------------------- wire format
+
+
+def _pack_array(a: np.ndarray) -> list:
+    a = np.ascontiguousarray(a)
+    return [a.dtype.str, a.tobytes()]
+
+
+def _unpack_array(v: list) -> np.ndarray:
+    dtype, raw = v
+    if dtype not in ("<i8", "<i4", "<f8"):
+        raise ValueError(f"update record: unexpected array dtype {dtype!r}")
+    return np.frombuffer(raw, dtype=np.dtype(dtype)).copy()
+
+
+def _to_map(rec: UpdateRecord, part: int, parts: int) -> dict:
+    src = rec.source
+    m = {"v": 1, "rid": rec.rid, "part": part, "parts": parts, "base": rec.base, "kind": rec.kind,
+         "source": [src.topic, src.partition, src.first, src.next, src.epoch],
+         "n_docs": rec.n_docs, "n_tokens": rec.n_tokens, "objective": rec.objective,
+         "entropy": rec.entropy, "alloc": rec.alloc, "new_words": rec.new_words, "tokens": rec.tokens}
+    for name in _ARRAYS:
+        m[name] = _pack_array(getattr(rec, name))
+    return m
+
+
+def _row_slice(rec: UpdateRecord, lo: int, hi: int) -> UpdateRecord:
+    """Rows ``lo:hi`` of the summary (the document counts go with part 0)."""
+    a, b = int(rec.indptr[lo]), int(rec.indptr[hi])
+    new_before = int(np.count_nonzero(rec.known[:lo] < 0))
+    new_in = int(np.count_nonzero(rec.known[lo:hi] < 0))
+    first = lo == 0
+    return UpdateRecord(
+        source=rec.source, base=rec.base, kind=rec.kind, n_docs=rec.n_docs, n_tokens=rec.n_tokens,
+        objective=rec.objective, entropy=rec.entropy, alloc=rec.alloc, known=rec.known[lo:hi],
+        new_words=rec.new_words[new_before:new_before + new_in], indptr=rec.indptr[lo:hi + 1] - a,
+        topics=rec.topics[a:b], values=rec.values[a:b], totals=rec.totals[lo:hi],
+        doc_ptr=rec.doc_ptr if first else np.zeros(1, np.int64),
+        doc_topics=rec.doc_topics if first else np.empty(0, np.int32),
+        doc_values=rec.doc_values if first else np.empty(0, np.float64),
+        tokens=rec.tokens if first else None, rid=rec.rid)
+
+
+def encode(rec: UpdateRecord, max_bytes: int = MAX_RECORD_BYTES) -> list[bytes]:
+    """The record as one or more msgpack messages of at most about ``max_bytes`` each."""
+    whole = msgpack.packb(_to_map(rec, 0, 1), use_bin_type=True)
+    if len(whole) <= max_bytes or rec.n_rows <= 1:
+        return [whole]
+    n_parts = -(-len(whole) // max(1, max_bytes - 4096))
+    while True:
+        cuts = np.linspace(0, rec.n_rows, n_parts + 1).astype(int)
+        out = [msgpack.packb(_to_map(_row_slice(rec, int(lo), int(hi)), i, n_parts), use_bin_type=True)
+               for i, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:]))]
+        if max(map(len, out)) <= max_bytes or n_parts >= rec.n_rows:
+            return out
+        n_parts *= 2
+
+
+def decode(raw: bytes) -> tuple[UpdateRecord, int, int]:
+    """One message -> (the record or its part, part index, number of parts). Raises ValueError."""
+    try:
+        m = msgpack.unpackb(raw, raw=False)
+        topic, partition, first, nxt, epoch = m["source"]
+        rec = UpdateRecord(
+            source=Source(str(topic), int(partition), int(first), int(nxt), int(epoch)), base=int(m["base"]),
+            kind=str(m["kind"]), n_docs=int(m["n_docs"]), n_tokens=int(m["n_tokens"]), objective=m["objective"],
+            entropy=float(m["entropy"]), alloc=float(m["alloc"]), new_words=list(m["new_words"]),
+            tokens=m["tokens"], rid=str(m["rid"]), **{name: _unpack_array(m[name]) for name in _ARRAYS})
+        return rec, int(m["part"]), int(m["parts"])
+    except (KeyError, TypeError, ValueError, msgpack.exceptions.ExtraData) as exc:
+        raise ValueError(f"not an update record: {exc!r}") from None
+
+
+class Assembler:
+    """Parts of split records back into whole records (in the order their last part arrives)."""
+
+    def __init__(self) -> None:
+        self._parts: dict[str, dict[int, UpdateRecord]] = {}
+
+    def add(self, rec: UpdateRecord, part: int, parts: int) -> UpdateRecord | None:
+        if parts == 1:
+            return rec
+        have = self._parts.setdefault(rec.rid, {})
+        have[part] = rec
+        if len(have) < parts:
+            return None
+        del self._parts[rec.rid]
+        ps = [have[i] for i in range(parts)]
+        offsets = np.cumsum([0] + [p.topics.size for p in ps])
+        indptr = np.concatenate([np.zeros(1, np.int64)] + [p.indptr[1:] + o for p, o in zip(ps, offsets[:-1])])
+        head = ps[0]
+        return UpdateRecord(
+            source=head.source, base=head.base, kind=head.kind, n_docs=head.n_docs, n_tokens=head.n_tokens,
+            objective=head.objective, entropy=head.entropy, alloc=head.alloc,
+            known=np.concatenate([p.known for p in ps]), new_words=[w for p in ps for w in p.new_words],
+            indptr=indptr, topics=np.concatenate([p.topics for p in ps]),
+            values=np.concatenate([p.values for p in ps]), totals=np.concatenate([p.totals for p in ps]),
+            doc_ptr=head.doc_ptr, doc_topics=head.doc_topics, doc_values=head.doc_values, tokens=head.tokens,
+            rid=head.rid)
+
+
+# --------------------------------------------------------------------------- the state machine
+
+
+def digest(model) -> str:
+    """sha256 over what replicas must agree on: topic-word statistics, vocabulary, alpha, counters."""
+    h = hashlib.sha256()
+    st = model.state
+    h.update(np.ascontiguousarray(st.lam()).tobytes())
+    h.update("\x00".join(model.vocab.words).encode())
+    h.update(np.ascontiguousarray(model.vocab.counts).tobytes())
+    h.update(np.float64(st.alpha).tobytes())
+    h.update(np.array([st.docs_seen, st.tokens_seen, st.n_updates, st.version], dtype=np.float64).tobytes())
+    return h.hexdigest()
+
+
+def _sparse_rows(dense: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rows, cols = np.nonzero(dense)
+    ptr = np.zeros(dense.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=dense.shape[0]), out=ptr[1:])
+    return ptr, cols.astype(np.int32), dense[rows, cols].astype(np.float64)
+
+
+def _dense_rows(ptr: np.ndarray, cols: np.ndarray, vals: np.ndarray, n_topics: int) -> np.ndarray:
+    out = np.zeros((ptr.size - 1, n_topics))
+    rows = np.repeat(np.arange(ptr.size - 1), np.diff(ptr))
+    out[rows, cols] = vals
+    return out
+
+
+class Replica:
+    """A model, the update-log offset it has applied up to, and the replicated ledger of the
+    source ranges the applied updates learned."""
+
+    def __init__(self, model, offset: int = 0, ledger: OffsetLedger | None = None) -> None:
+        errs = check_replicable(model)
+        if errs:
+            raise ValueError("; ".join(errs))
+        self.model = model
+        self.offset = int(offset)          # the next update-log offset to apply
+        self.ledger = ledger or OffsetLedger()
+        self.applied = 0
+        self.skipped = 0
+
+    def compute(self, tokens: list[list[str]], source: Source):
+        """The update record of a batch (token lists) and its documents' topic mixtures theta
+        from the same local step, against the model as it is (None when the model has no topics
+        yet: predict after the record is applied). The model is left unchanged."""
+        model = self.model
+        if not model.state.initialized:
+            n_tokens = sum(len(t) for t in tokens)
+            return UpdateRecord(source=source, base=self.offset, kind="batch", n_docs=len(tokens),
+                                n_tokens=n_tokens, tokens=[list(map(str, t)) for t in tokens]), None
+        mark = model.prepare_mark()
+        n_known = model.state.n_words
+        batch = model.prepare(tokens, grow=True)
+        try:
+            if batch.evicted.size:
+                raise ValueError("replicas: the vocabulary evicted words while computing (use vocab_policy "
+                                 "'ignore' with replicas)")
+            local = model.local_step.infer(model.state, batch, summarize=True)
+            theta = model.theta(local.doc_topic, model.state.alpha)
+            sm = local.summary
+            words = model.vocab.words
+            known = np.where(sm.word_ids < n_known, sm.word_ids, -1).astype(np.int64)
+            new_words = [words[i] for i in sm.word_ids[known < 0]]
+            totals = np.bincount(batch.local, weights=batch.counts, minlength=batch.uniq.size)
+            # the summary's rows are batch.uniq in order (summarize_sparse / summarize_dense)
+            ptr, cols, vals = _sparse_rows(local.doc_topic)
+        finally:
+            if not model.undo_prepare(mark):
+                raise RuntimeError("replicas: could not roll back the temporary vocabulary of a computed batch")
+        rec = UpdateRecord(source=source, base=self.offset, n_docs=batch.n_docs, n_tokens=int(batch.n_tokens),
+                           objective=float(local.objective), entropy=float(sm.entropy), alloc=float(sm.alloc),
+                           known=known, new_words=new_words, indptr=sm.indptr.astype(np.int64),
+                           topics=sm.topics.astype(np.int32), values=sm.values.astype(np.float64),
+                           totals=totals.astype(np.float64), doc_ptr=ptr, doc_topics=cols, doc_values=vals)
+        return rec, theta
+
+    def apply(self, rec: UpdateRecord, offset: int) -> bool:
+        """Apply the record read at update-log ``offset`` (in log order). False when its source
+        range was learned already (skipped identically by every replica)."""
+        if offset < self.offset:
+            return False  # replayed from before our snapshot: already in the model
+        self.offset = offset + 1
+        src = rec.source
+        key = src.key
+        while self.ledger.epoch(key) < src.epoch:
+            self.ledger.new_epoch(key)
+        if self.ledger.epoch(key) > src.epoch or any(
+                self.ledger.covers(key, o) for o in (src.first, src.next - 1)):
+            self.skipped += 1
+            return False
+        model = self.model
+        batch_key = model.memo_key(src.batch_key)
+        if rec.kind == "batch":
+            model.rng = np.random.default_rng([int(model.seed), int(offset)])
+            model.process(model.prepare(rec.tokens, grow=True), learn=True, batch_key=batch_key)
+        else:
+            model.learn(self._summary(rec), rec.objective, _dense_rows(rec.doc_ptr, rec.doc_topics, rec.doc_values,
+                                                                       model.n_topics),
+                        rec.n_docs, rec.n_tokens, batch_key)
+        self.ledger.learned(key, src.first, src.next)
+        self.applied += 1
+        return True
+
+    def _summary(self, rec: UpdateRecord) -> Summary:
+        """The record's summary over this model's word ids (new words join the vocabulary in row
+        order; rows the vocabulary refuses are dropped, alike on every replica)."""
+        model = self.model
+        words = model.vocab.words
+        it = iter(rec.new_words)
+        row_words = [words[i] if i >= 0 else next(it) for i in rec.known.tolist()]
+        ids, evicted = model.vocab.add_batch(row_words, rec.totals)
+        if evicted.size:
+            model.state.reset_words(evicted)
+            model.updater.forget_words(evicted)
+        model.state.ensure_words(len(model.vocab))
+        ids = np.asarray(ids, dtype=np.int64)
+        lengths = np.diff(rec.indptr)
+        keep_row = ids >= 0
+        keep = np.repeat(keep_row, lengths)
+        totals = np.bincount(rec.topics[keep], weights=rec.values[keep], minlength=model.n_topics)
+        indptr = np.zeros(int(keep_row.sum()) + 1, dtype=np.int64)
+        np.cumsum(lengths[keep_row], out=indptr[1:])
+        return Summary(word_ids=ids[keep_row], indptr=indptr, topics=rec.topics[keep], values=rec.values[keep],
+                       topic_totals=totals, n_docs=rec.n_docs, n_tokens=float(rec.n_tokens),
+                       entropy=rec.entropy, alloc=rec.alloc)

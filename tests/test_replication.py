@@ -1,0 +1,134 @@
+"""Replicas as deterministic state machines over an update log (service/replication.py).
+
+No broker: the log is a Python list here; the Kafka wiring is the daemon's (issue 17). What
+these tests pin down is the part that makes replicas agree: whoever computes what, against
+whichever stale model, every replica that applied the same log prefix holds the same model bit
+for bit, and a source range is learned once however often it is published.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamtopics import TopicModel
+from streamtopics.corpora import load_reuters_r8
+from streamtopics.service.replication import Assembler, Replica, Source, decode, digest, encode
+
+K = 12
+B = 64
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    docs = [d.text for d in load_reuters_r8("train")[:1600]]
+    tok = TopicModel(n_topics=K).tokenizer
+    tokens = [t for t in (tok(d) for d in docs) if t]
+    return tokens[:1280], tokens[1280:1500]
+
+
+def _model(**kw):
+    return TopicModel(n_topics=K, seed=3, threads=1, **kw)
+
+
+def _batches(tokens, partitions=2):
+    """Batches of B documents, alternating over ``partitions`` input partitions."""
+    out, next_off = [], [0] * partitions
+    for i in range(0, len(tokens), B):
+        p = (i // B) % partitions
+        chunk = tokens[i:i + B]
+        out.append((Source("docs", p, next_off[p], next_off[p] + len(chunk)), chunk))
+        next_off[p] += len(chunk)
+    return out
+
+
+def _run(replicas, batches, lag=1):
+    """Replica i computes every len(replicas)-th batch against its model as it is; the log is
+    applied by every replica ``lag`` records behind its end (so computations are stale)."""
+    log = []
+    for j, (src, toks) in enumerate(batches):
+        r = replicas[j % len(replicas)]
+        rec, _ = r.compute(toks, src)
+        log.append(encode(rec, max_bytes=40_000))  # small parts: splitting is exercised
+        for rep in replicas:
+            _apply_upto(rep, log, len(log) - lag)
+    for rep in replicas:
+        _apply_upto(rep, log, len(log))
+    return log
+
+
+def _apply_upto(rep, log, end):
+    asm = Assembler()
+    while rep.offset < end:
+        whole = None
+        for raw in log[rep.offset]:
+            whole = asm.add(*decode(raw))
+        rep.apply(whole, rep.offset)
+
+
+@pytest.mark.parametrize("update", ["stochastic", "memoized"])
+def test_replicas_that_applied_the_same_log_hold_bit_identical_models(corpus, update):
+    train, _ = corpus
+    replicas = [Replica(_model(update=update)) for _ in range(3)]
+    log = _run(replicas, _batches(train), lag=2)
+    digests = {digest(r.model) for r in replicas}
+    assert len(digests) == 1
+    # a replica that joins later and replays the whole log gets the same model
+    late = Replica(_model(update=update))
+    _apply_upto(late, log, len(log))
+    assert digest(late.model) == digests.pop()
+    assert late.model.state.docs_seen == len(train) and late.applied == len(log)
+    assert any(len(parts) > 1 for parts in log)  # records were split and put back together
+
+
+def test_a_source_range_is_learned_once_however_often_it_is_published(corpus):
+    train, _ = corpus
+    a, b = Replica(_model()), Replica(_model())
+    batches = _batches(train[:512])
+    log = _run([a, b], batches, lag=0)
+    n = a.model.state.docs_seen
+    # a zombie that lost its partition re-computes and publishes a batch already in the log
+    src, toks = batches[3]
+    log.append(encode(b.compute(toks, src)[0]))
+    # and a record of a range that overlaps a learned one
+    log.append(encode(a.compute(toks[:10], Source(src.topic, src.partition, src.first + 5, src.first + 15))[0]))
+    for r in (a, b):
+        _apply_upto(r, log, len(log))
+        assert r.model.state.docs_seen == n == 512 and r.skipped == 2
+    assert digest(a.model) == digest(b.model)
+    # a new log epoch of the same partition is new data
+    log.append(encode(a.compute(toks, Source(src.topic, src.partition, src.first, src.next, epoch=1))[0]))
+    _apply_upto(a, log, len(log))
+    assert a.model.state.docs_seen == 512 + len(toks)
+
+
+def test_computing_leaves_the_model_unchanged(corpus):
+    train, _ = corpus
+    r = Replica(_model())
+    _apply_upto(r, [encode(r.compute(train[:B], Source("docs", 0, 0, B))[0])], 1)
+    before = (digest(r.model), len(r.model.vocab))
+    rec, theta = r.compute(train[B:2 * B] + [["zzzunseenword", "another_new_one"]], Source("docs", 0, B, 2 * B + 1))
+    assert (digest(r.model), len(r.model.vocab)) == before
+    assert theta.shape == (B + 1, K) and np.allclose(theta.sum(axis=1), 1.0)
+    assert "zzzunseenword" in rec.new_words and (rec.known < 0).sum() == len(rec.new_words)
+
+
+def test_replicated_learning_scores_like_one_model(corpus):
+    """Two replicas with stale computations learn as well as one model on the same batches."""
+    train, test = corpus
+    one = _model()
+    for _, toks in _batches(train):
+        one.process(one.prepare(toks), learn=True)
+    replicas = [Replica(_model()) for _ in range(2)]
+    _run(replicas, _batches(train), lag=1)
+    single = one.heldout_loglik(test)
+    replicated = replicas[0].model.heldout_loglik(test)
+    assert abs(replicated - single) <= 0.01 * abs(single), (replicated, single)
+
+
+def test_unsupported_models_are_refused_with_the_reason():
+    with pytest.raises(ValueError, match="supervised"):
+        Replica(TopicModel(n_topics=4, supervision="hinge"))
+    with pytest.raises(ValueError, match="engine 'alias'"):
+        Replica(TopicModel(n_topics=4, engine="alias"))
+    with pytest.raises(ValueError, match="not an update record"):
+        decode(b"\x81\xa1x\x01")
