@@ -59,6 +59,7 @@ __all__ = [
     "LoggingConfig",
     "MetricsConfig",
     "ModelConfig",
+    "ReplicationConfig",
     "SnapshotConfig",
     "TopicsConfig",
     "load_config",
@@ -347,6 +348,20 @@ class LimitsConfig:
         return Limits(**dataclasses.asdict(self))
 
 
+@dataclass(frozen=True)
+class ReplicationConfig:
+    enabled: bool = opt(False, "Replicas in one consumer group learn one shared model through an update log "
+                               "(docs/scale-out.md); off = one daemon, one model.")
+    updates_topic: str = opt("streamtopics-updates", "The update log: one partition, every replica publishes "
+                                                     "its learned batches' statistics to it and applies all of it "
+                                                     "in order.", nonempty=True)
+    replica_id: str = opt("", "Name of this replica in predictions and logs; empty = host name and process id.")
+    max_staleness: int = opt(4, "Most update-log records a batch may be computed behind the log's end "
+                                "(the replica applies the log first otherwise).", ge=0, le=10000)
+    max_record_bytes: int = opt(900000, "Largest update-log message; bigger records are split into parts.",
+                                ge=65536)
+
+
 _SECTIONS: dict[str, type] = {
     "kafka": KafkaConfig,
     "topics": TopicsConfig,
@@ -357,6 +372,7 @@ _SECTIONS: dict[str, type] = {
     "metrics": MetricsConfig,
     "logging": LoggingConfig,
     "limits": LimitsConfig,
+    "replication": ReplicationConfig,
 }
 
 
@@ -373,6 +389,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    replication: ReplicationConfig = field(default_factory=ReplicationConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Plain nested dict for logs and snapshot headers; secrets shown as ``***``."""
@@ -726,6 +743,9 @@ def check_daemon_config(cfg: Config) -> list[str]:
     if cfg.model.engine not in ENGINES:
         errs.append(f'config error: model.engine = "{cfg.model.engine}" is not available in this version '
                     f"(allowed: {', '.join(ENGINES)})")
+    if cfg.replication.enabled and (cfg.model.engine != "lsparse" or cfg.model.supervision != "none"):
+        errs.append("config error: replication.enabled = true needs model.engine = \"lsparse\" and no supervision "
+                    "in this version (the update record carries no sampler or classifier statistics yet)")
     return errs
 
 

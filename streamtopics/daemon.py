@@ -59,6 +59,7 @@ from .service.ledger import OffsetLedger
 from .service.partitions import PartitionBook, Span, tp_key
 from .service.outbox import Outbox
 from .service.processor import BatchProcessor, RecordDecoder
+from .service.replica_sync import ReplicaMode
 from .service.session import KafkaSession, ensure_topics
 from .service.telemetry import Telemetry
 from .stream.consumer import RecordBatch
@@ -101,8 +102,12 @@ class Daemon:
         self._gil_free.set()
         self.session = KafkaSession(cfg, self.telemetry, stop=self._stop, gil_free=self._gil_free,
                                     tick=self._tick, point=self.hooks.point)
+        # replicas (docs/scale-out.md): the model learns only from the update log
+        self.replicas = ReplicaMode(cfg, self.telemetry, self.checkpoints, tick=self._tick) \
+            if cfg.replication.enabled else None
         self.processor = BatchProcessor(cfg.model.supervision, point=self.hooks.point, gil_free=self._set_gil_free,
-                                        prefetch=self._prefetch)
+                                        prefetch=lambda: self.session.consumer.prefetch(),
+                                        compute=self._compute_replicated if self.replicas is not None else None)
         self.decoder = RecordDecoder(cfg.limits(), cfg.input.format, self._tokenizer, self.hooks.point)
         self.outbox = Outbox(cfg, self.session, self.telemetry, self.hooks.point)
         self._beat = time.monotonic()
@@ -145,15 +150,7 @@ class Daemon:
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT -> graceful stop; a second signal exits at once (the last snapshot stays valid)."""
-        def handler(signum, _frame):
-            if self._stop.is_set():
-                log.warning("second signal: exiting without the final snapshot", extra={"signal": signum})
-                os._exit(128 + signum)
-            log.info("signal received: stopping after the current batch", extra={"signal": signum})
-            self._stop.set()
-
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
+        install_signal_handlers(self._stop)
 
     def wait_started(self, timeout: float | None = None) -> bool:
         """Wait until the metrics endpoint answers and the model is loaded (Kafka may still be away)."""
@@ -171,16 +168,7 @@ class Daemon:
         return alive, {"loop_heartbeat_age_s": round(age, 3), "stale_after_s": self.stale_after_s}
 
     def readiness(self) -> tuple[bool, dict]:
-        quarantined = self.book.ledger.quarantined()
-        up = self.telemetry.broker_up
-        ok = bool(self.book.assigned) and up and self.model is not None and not self._stop.is_set() and not quarantined
-        out = {"partitions": [p for _, p in self.book.assigned], "broker_up": up,
-               "model_ready": self.model is not None,
-               "model_version": self.model.version if self.model is not None else None,
-               "stopping": self._stop.is_set()}
-        if quarantined:
-            out["quarantined"] = quarantined
-        return ok, out
+        return self.telemetry.readiness(self.book, self.model, self._stop.is_set())
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -230,9 +218,6 @@ class Daemon:
     def _set_gil_free(self, free: bool) -> None:
         (self._gil_free.set if free else self._gil_free.clear)()
 
-    def _prefetch(self) -> None:
-        self.session.consumer.prefetch()
-
     def _tokenizer(self):
         return self.model.tokenizer if self.model is not None else None
 
@@ -255,10 +240,6 @@ class Daemon:
         if found is None:
             self.model = model_from_config(cfg.model)
             self.book.adopt(OffsetLedger())
-            log.info("no usable snapshot: starting a new model that reads every partition from its "
-                     "earliest offset (the group's committed offsets never pass a snapshot, so without "
-                     "one they do not say what a model learned)",
-                     extra={"snapshot_dir": str(self.checkpoints.store.dir), "lineage": self.checkpoints.lineage.id})
         else:
             self._adopt(*found)
         self.telemetry.on_model(self.model)
@@ -266,7 +247,20 @@ class Daemon:
         self._started.set()  # the metrics endpoint answers and the model is loaded
         self.session.connect(decode=self.decoder, start_offset=self._start_offset, on_assigned=self._on_assigned,
                              on_revoked=self._on_revoked, on_reset=self._on_reset)
+        if self.replicas is not None:
+            self.replicas.join(self.model, self.book.ledger)
         self.hooks.point("connected")
+
+    @property
+    def replica(self):
+        return self.replicas.replica if self.replicas is not None else None
+
+    @property
+    def sync(self):
+        return self.replicas.sync if self.replicas is not None else None
+
+    def _compute_replicated(self, tokens: list):
+        return self.replicas.compute(tokens, self.book.in_batch, self.book.ledger)
 
     def _adopt(self, model: TopicModel, ledger, path: Path) -> None:
         model.set_threads(self.cfg.model.threads or None)  # how to run is this host's choice, not the snapshot's
@@ -277,6 +271,12 @@ class Daemon:
     # -- consumer callbacks (on the loop's thread) ----------------------------------------
 
     def _start_offset(self, tp: TopicPartition) -> int | None:
+        if self.sync is not None:
+            # Replica mode: where the update log's coverage of the partition ends (all of it, as
+            # far as the log goes now); nothing covered -> its beginning.
+            if self.book.in_batch is None:
+                self.sync.catch_up()
+            return self.book.start_offset(tp.topic, tp.partition, self.session.topic_id(tp.topic), have_snapshot=False)
         if self.book.in_batch is None and self.model is not None:
             # The model may be swapped only between batches.
             found = self.checkpoints.newer_of_lineage(int(self.model.state.docs_seen))
@@ -293,6 +293,8 @@ class Daemon:
         self.hooks.point("assigned")
 
     def _on_revoked(self, tps: list[TopicPartition]) -> None:
+        if self.sync is not None:
+            self.sync.flush()  # our records are in the log before the partitions' next owner reads it
         self.book.revoke([(tp.topic, tp.partition) for tp in tps])
         for tp in tps:
             self.telemetry.on_revoked(tp.partition)
@@ -322,7 +324,9 @@ class Daemon:
             self.hooks.point("learned")
             # Model and offsets move together, in memory, before anything else can happen (unless
             # the log was found reset during the batch: its old offsets mean nothing any more).
-            if self.book.learned(self.book.in_batch):
+            if self.replicas is not None:
+                out.version = self.replicas.predicted_at  # predictions name the update offset they were made at
+            elif self.book.learned(self.book.in_batch):
                 self.book.record_topic_id(span.key, rb.topic, self.session.topic_id(rb.topic))
         finally:
             self.book.in_batch = None
@@ -363,6 +367,8 @@ class Daemon:
         self.hooks.point("housekeeping")
         self._collect()
         self.checkpoints.lock.heartbeat()
+        if self.replicas is not None:
+            self.replicas.apply_log()
         now = time.monotonic()
         up = self.session.check(bool(self.book.assigned), now)
         ok, info = self.readiness()
@@ -405,12 +411,9 @@ class Daemon:
             log.warning("not snapshotting: predictions of a learned batch were not acknowledged")
             return None
         self._tick()
-        c = self.telemetry.counts
-        extra = {"instance": self.instance, "version": __version__, "group_id": self.cfg.kafka.group_id,
-                 "input": self.cfg.topics.input, "batches": c["batches"], "documents": c["documents"],
-                 "dead_letters": c["dead_letters"]}
-        if self.telemetry.quality_summary() is not None:
-            extra["quality"] = self.telemetry.quality_summary()
+        extra = self.telemetry.snapshot_extra(self.instance, __version__, self.cfg)
+        if self.replicas is not None:
+            extra.update(self.replicas.snapshot_extra())
         path = self.checkpoints.write(self.model, self.book.ledger, extra, early=early)
         if path is None:
             return None
@@ -442,6 +445,8 @@ class Daemon:
             final_ok = False
             log.exception("final snapshot or commit failed", extra={"error": repr(exc)})
         self.session.close()
+        if self.replicas is not None:
+            self.replicas.close()
         if self.server is not None:
             self.server.stop()
         self.checkpoints.lock.release()
@@ -462,10 +467,18 @@ class Daemon:
             return True
         if self.snapshot() is not None:
             return True
-        last = self.checkpoints.last_snapshot
-        log.error("final snapshot failed: the group's committed offsets stay at the last good snapshot; what "
-                  "was learned since is read and learned again at the next start (free the snapshot directory "
-                  "first). Exiting with status 1.",
-                  extra={"last_snapshot": str(last) if last else None,
-                         "committed": dict(self.checkpoints.gate.snapshot_offsets), "learned": self.offsets})
+        self.checkpoints.log_final_failure(self.offsets)
         return False
+
+
+def install_signal_handlers(stop: threading.Event) -> None:
+    """SIGTERM/SIGINT set ``stop`` (a graceful stop); a second signal exits at once."""
+    def handler(signum, _frame):
+        if stop.is_set():
+            log.warning("second signal: exiting without the final snapshot", extra={"signal": signum})
+            os._exit(128 + signum)
+        log.info("signal received: stopping after the current batch", extra={"signal": signum})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

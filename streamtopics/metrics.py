@@ -149,6 +149,7 @@ class Metrics:
         self._build_snapshots(r)
         self._build_health(r)
         self._build_topics(r)
+        self._build_replication(r)
         self._initial_values(dead_letter_reasons)
 
     def _build_stream(self, r: CollectorRegistry) -> None:
@@ -179,6 +180,26 @@ class Metrics:
                                   ["partition"], registry=r)
         self.producer_pending = Gauge("streamtopics_producer_pending_messages",
                                       "Predictions sent but not yet acknowledged.", registry=r)
+
+    def _build_replication(self, r: CollectorRegistry) -> None:
+        """Replicas sharing one model through the update log (docs/scale-out.md)."""
+        self.update_log_lag = Gauge("streamtopics_update_log_lag_records",
+                                    "Update-log records this replica has not applied yet.", registry=r)
+        self.update_staleness = Gauge("streamtopics_update_staleness_records",
+                                      "Records between the log's end and the model the last batch was computed "
+                                      "against.", registry=r)
+        self.updates_applied = Counter("streamtopics_updates_applied_total",
+                                       "Update-log records applied, or skipped because their source range "
+                                       "was learned already.", ["result"], registry=r)
+        self.update_apply_duration = Histogram("streamtopics_update_apply_seconds",
+                                               "Time to apply one update-log record.",
+                                               buckets=_MONITOR_BUCKETS, registry=r)
+        self.updates_published = Counter("streamtopics_updates_published_total",
+                                         "Update records this replica published to the log.", registry=r)
+        self.update_log_offset = Gauge("streamtopics_update_log_offset",
+                                       "The update-log offset this replica's model has applied up to.", registry=r)
+        for result in ("applied", "skipped"):
+            self.updates_applied.labels(result=result)
 
     def _build_model(self, r: CollectorRegistry) -> None:
         """Inference, model quality and size."""

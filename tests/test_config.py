@@ -288,7 +288,8 @@ def test_to_dict_masks_password_and_is_plain():
     assert d["kafka"]["extra_producer"] == {"ssl_password": "***", "linger_ms": 3}
     dumped = json.dumps(d)  # plain types only: goes into logs and snapshot headers
     assert "s3cret-pw" not in dumped and "keypw" not in dumped
-    assert set(d) == {"kafka", "topics", "input", "model", "batch", "snapshot", "metrics", "logging", "limits"}
+    assert set(d) == {"kafka", "topics", "input", "model", "batch", "snapshot", "metrics", "logging", "limits",
+                      "replication"}
     assert Config().to_dict()["kafka"]["sasl_plain_password"] == ""  # unset stays visibly unset
 
 

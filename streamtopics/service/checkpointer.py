@@ -57,6 +57,10 @@ class Checkpointer:
         if found is None:
             self.lineage = Lineage.new()
             self.gate = CommitGate()
+            log.info("no usable snapshot: starting a new model that reads every partition from its "
+                     "earliest offset (the group's committed offsets never pass a snapshot, so without "
+                     "one they do not say what a model learned)",
+                     extra={"snapshot_dir": str(self.store.dir), "lineage": self.lineage.id})
             return None
         return (*self.adopt(*found), found[1])
 
@@ -180,6 +184,14 @@ class Checkpointer:
         log.info("snapshot written", extra={
             "path": str(path), "version": model_version, "bytes": nbytes, "seconds": round(dt, 4),
             "offsets": offsets, "seq": seq, "early": early, "pruned": [p.name for p in removed]})
+
+    def log_final_failure(self, learned: dict) -> None:
+        last = self.last_snapshot
+        log.error("final snapshot failed: the group's committed offsets stay at the last good snapshot; what "
+                  "was learned since is read and learned again at the next start (free the snapshot directory "
+                  "first). Exiting with status 1.",
+                  extra={"last_snapshot": str(last) if last else None,
+                         "committed": dict(self.gate.snapshot_offsets), "learned": learned})
 
     def _after_failure(self) -> None:
         # Try again at the next trigger, not after every batch.

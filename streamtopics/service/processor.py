@@ -141,8 +141,11 @@ class BatchProcessor:
     """
 
     def __init__(self, supervision: str, *, point: Callable[[str], None] = _none,
-                 gil_free: Callable[[bool], None] = _none, prefetch: Callable[[], None] = _none) -> None:
+                 gil_free: Callable[[bool], None] = _none, prefetch: Callable[[], None] = _none,
+                 compute: Callable[[list], Any] | None = None) -> None:
         self.supervision = supervision
+        # replicas (service/replica_sync.py): tokens -> theta; the model learns from the update log
+        self._compute = compute
         self._point = point
         self._gil_free = gil_free
         self._prefetch = prefetch
@@ -201,6 +204,17 @@ class BatchProcessor:
                          empty=[idx[j] for j, t in enumerate(tokens) if not t])
         stages["decode"] += time.perf_counter() - t0
         if not res.keep:
+            return res
+        if self._compute is not None:
+            kept = [t for t in tokens if t]
+            self._gil_free(True)
+            self._prefetch()
+            self._point("learn")
+            t0 = time.perf_counter()
+            res.theta = self._compute(kept)
+            self._gil_free(False)
+            stages["predict"] = time.perf_counter() - t0
+            res.n_tokens = sum(map(len, kept))
             return res
         t0 = time.perf_counter()
         self._prepare_mark = model.prepare_mark()  # restore point should the step fail

@@ -55,6 +55,8 @@ def ensure_topics(cfg: Config, timeout_s: float = 15.0, created: list[str] | Non
         wanted[t.snapshots] = 1
     if t.events:
         wanted[t.events] = 1
+    if cfg.replication.enabled:
+        wanted[cfg.replication.updates_topic] = 1  # the update log: one partition, totally ordered
     if not reachable(k.bootstrap_servers):
         # A KafkaAdminClient that cannot bootstrap leaves its IO thread behind.
         raise ConnectionError(f"no broker reachable at {k.bootstrap_servers}")

@@ -77,6 +77,17 @@ class Telemetry:
             log.info("ready" if ok else "not ready", extra=info)
         self.metrics.set_ready(ok)
 
+    def readiness(self, book, model, stopping: bool) -> tuple[bool, dict]:
+        """/readyz: partitions assigned, broker up, model loaded, not stopping, none quarantined."""
+        quarantined = book.ledger.quarantined()
+        up = self.broker_up
+        ok = bool(book.assigned) and up and model is not None and not stopping and not quarantined
+        out = {"partitions": [p for _, p in book.assigned], "broker_up": up, "model_ready": model is not None,
+               "model_version": model.version if model is not None else None, "stopping": stopping}
+        if quarantined:
+            out["quarantined"] = quarantined
+        return ok, out
+
     @property
     def ready(self) -> bool:
         return self.metrics.is_ready
@@ -219,6 +230,22 @@ class Telemetry:
     def on_commit(self, seconds: float) -> None:
         self.metrics.observe_stage("commit", seconds)
 
+    # -- replication -------------------------------------------------------------------
+
+    def on_update_applied(self, seconds: float, applied: bool) -> None:
+        self.metrics.updates_applied.labels(result="applied" if applied else "skipped").inc()
+        self.metrics.update_apply_duration.observe(seconds)
+
+    def on_update_lag(self, n: int) -> None:
+        self.metrics.update_log_lag.set(n)
+
+    def on_staleness(self, n: int) -> None:
+        self.metrics.update_staleness.set(n)
+
+    def on_update_published(self, offset: int) -> None:
+        self.metrics.updates_published.inc()
+        self.metrics.update_log_offset.set(offset)
+
     # -- snapshots ---------------------------------------------------------------------
 
     def on_snapshot_written(self, seconds: float | None, at: float | None = None) -> None:
@@ -229,6 +256,15 @@ class Telemetry:
         from ..snapshot import SnapshotWriteError
 
         return self.metrics.snapshot_failed(exc.reason if isinstance(exc, SnapshotWriteError) else exc)
+
+    def snapshot_extra(self, instance: str, version: str, cfg) -> dict:
+        """What a snapshot says about the daemon that wrote it (its header's ``extra.daemon``)."""
+        c = self.counts
+        extra = {"instance": instance, "version": version, "group_id": cfg.kafka.group_id, "input": cfg.topics.input,
+                 "batches": c["batches"], "documents": c["documents"], "dead_letters": c["dead_letters"]}
+        if self.quality_summary() is not None:
+            extra["quality"] = self.quality_summary()
+        return extra
 
     def on_snapshot_load_failed(self) -> None:
         self.metrics.snapshot_load_failures.inc()

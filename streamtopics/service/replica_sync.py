@@ -1,0 +1,189 @@
+"""The update log on Kafka: publish this replica's records, apply everybody's in log order.
+
+``ReplicaSync`` pairs a ``replication.Replica`` with the update-log topic (one partition, so
+totally ordered): ``publish`` sends a record (split into parts when large) and waits for the
+broker's acknowledgement; ``catch_up`` reads the log from the replica's offset and applies
+every record in order (its own included, when they come back). ``bounded`` keeps a batch from
+being computed more than ``max_staleness`` records behind the log's end. The consumer is
+assigned the partition directly (no group): every replica reads all of it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from .replication import Assembler, Replica, Source, UpdateRecord, decode, encode
+
+__all__ = ["ReplicaMode", "ReplicaSync"]
+
+log = logging.getLogger("streamtopics.daemon")
+
+
+class ReplicaSync:
+    """See the module docstring. ``telemetry`` gets ``on_update_applied``, ``on_update_lag`` and
+    ``on_staleness``; ``tick()`` is the loop's heartbeat while waiting on the log."""
+
+    def __init__(self, cfg, replica: Replica, telemetry, tick=lambda: None) -> None:
+        self.cfg = cfg
+        self.rc = cfg.replication
+        self.replica = replica
+        self.telemetry = telemetry
+        self._tick = tick
+        self.tp = TopicPartition(self.rc.updates_topic, 0)
+        self._consumer: KafkaConsumer | None = None
+        self._producer: KafkaProducer | None = None
+        self._assembler = Assembler()
+        self._end = 0
+        self.published = 0
+
+    def connect(self) -> None:
+        k = self.cfg.kafka
+        common = {key: v for key, v in k.consumer_kwargs().items()
+                  if key not in ("group_id", "enable_auto_commit", "auto_offset_reset", "max_poll_interval_ms",
+                                 "session_timeout_ms", "heartbeat_interval_ms", "partition_assignment_strategy")}
+        self._consumer = KafkaConsumer(**{**common, "group_id": None, "enable_auto_commit": False,
+                                          "auto_offset_reset": "earliest",
+                                          "max_partition_fetch_bytes": max(1048576, 2 * self.rc.max_record_bytes)})
+        self._consumer.assign([self.tp])
+        self._consumer.seek(self.tp, self.replica.offset)
+        pk = {key: v for key, v in k.producer_kwargs().items() if key not in ("linger_ms", "batch_size")}
+        self._producer = KafkaProducer(**{**pk, "acks": "all", "linger_ms": 0,
+                                          "max_request_size": max(1048576, self.rc.max_record_bytes + 65536)})
+
+    # -- the log's end and applying --------------------------------------------------------
+
+    def end_offset(self) -> int:
+        self._end = int(self._consumer.end_offsets([self.tp])[self.tp])
+        return self._end
+
+    def catch_up(self, until: int | None = None, timeout_s: float = 30.0) -> int:
+        """Apply records until the replica's offset reaches ``until`` (None: the log's end now).
+        Returns the records applied; raises TimeoutError when the log does not deliver."""
+        target = self.end_offset() if until is None else until
+        n = 0
+        deadline = time.monotonic() + timeout_s
+        while self.replica.offset < target:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"update log: at offset {self.replica.offset}, waiting for {target}")
+            self._tick()
+            batches = self._consumer.poll(timeout_ms=200, max_records=64)
+            for msg in batches.get(self.tp, []):
+                if msg.offset < self.replica.offset:
+                    continue
+                n += self._apply_message(msg)
+        self.telemetry.on_update_lag(max(0, self._end - self.replica.offset))
+        return n
+
+    def _apply_message(self, msg) -> int:
+        try:
+            part, i, parts = decode(msg.value)
+        except ValueError as exc:  # not ours: skipped identically by every replica
+            log.error("update log: skipping a message that is not an update record",
+                      extra={"offset": msg.offset, "error": str(exc)})
+            self.replica.offset = msg.offset + 1
+            return 0
+        rec = self._assembler.add(part, i, parts)
+        if rec is None:  # a part: the record applies at the offset of its last part
+            self.replica.offset = msg.offset + 1
+            return 0
+        t0 = time.perf_counter()
+        applied = self.replica.apply(rec, msg.offset)
+        self.telemetry.on_update_applied(time.perf_counter() - t0, applied)
+        return 1
+
+    def bounded(self) -> None:
+        """Apply the log until this replica is at most ``max_staleness`` records behind its end."""
+        end = self.end_offset()
+        if end - self.replica.offset > self.rc.max_staleness:
+            self.catch_up(end - self.rc.max_staleness)
+        self.telemetry.on_staleness(max(0, self._end - self.replica.offset))
+
+    # -- publishing ------------------------------------------------------------------------
+
+    def publish(self, rec: UpdateRecord) -> None:
+        """Send the record (its parts in order) and wait for the acknowledgements."""
+        futures = [self._producer.send(self.tp.topic, value=raw, partition=0)
+                   for raw in encode(rec, self.rc.max_record_bytes)]
+        self._producer.flush(timeout=30)
+        for f in futures:
+            f.get(timeout=30)
+        self.published += 1
+
+    def flush(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(timeout=30)
+
+    def close(self) -> None:
+        for c in (self._consumer, self._producer):
+            if c is not None:
+                try:
+                    c.close()
+                except Exception:  # noqa: BLE001 - closing
+                    pass
+        self._consumer = self._producer = None
+
+
+class ReplicaMode:
+    """The daemon's replica mode: join the update log, compute-and-publish batches, apply the
+    log between batches, and say in snapshots which update offset the model is at."""
+
+    def __init__(self, cfg, telemetry, checkpoints, tick=lambda: None) -> None:
+        self.cfg = cfg
+        self.telemetry = telemetry
+        self.checkpoints = checkpoints
+        self._tick = tick
+        self.replica_id = cfg.replication.replica_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.replica: Replica | None = None
+        self.sync: ReplicaSync | None = None
+        self.predicted_at = 0  # the update offset of the model that made the last batch's predictions
+
+    def join(self, model, ledger) -> None:
+        """The model at its snapshot's update offset, then the log applied to its end."""
+        info = getattr(model, "snapshot_info", None) or {}
+        offset = int(((info.get("extra") or {}).get("daemon") or {}).get("update_offset", 0))
+        self.replica = Replica(model, offset=offset, ledger=ledger)
+        self.sync = ReplicaSync(self.cfg, self.replica, self.telemetry, tick=self._tick)
+        self.sync.connect()
+        n = self.sync.catch_up(timeout_s=600.0)
+        log.info("replica joined the update log", extra={
+            "replica": self.replica_id, "from_offset": offset, "applied": n, "update_offset": self.replica.offset})
+        self.checkpoints.dirty = self.checkpoints.dirty or n > 0
+
+    def compute(self, tokens: list, span, ledger):
+        """The batch's update record to the log (the model learns it when the log is applied),
+        and its theta from the same local step. ``span``: the batch's source offsets."""
+        self.sync.bounded()
+        model = self.replica.model
+        self.predicted_at = self.replica.offset
+        if not span.key:  # its log was found reset meanwhile: predict only
+            return model.process(model.prepare(tokens, grow=False), learn=False).theta
+        topic, _, partition = span.key.rpartition(":")
+        source = Source(topic, int(partition), span.first, span.next, ledger.epoch(span.key))
+        rec, theta = self.replica.compute(tokens, source)
+        self.sync.publish(rec)
+        self.telemetry.on_update_published(self.replica.offset)
+        if theta is None:  # no topics yet: they come from this record (or an earlier one) in the log
+            self.sync.catch_up()
+            self.predicted_at = self.replica.offset
+            theta = model.process(model.prepare(tokens, grow=False), learn=False).theta
+        return theta
+
+    def apply_log(self) -> None:
+        """Between batches: apply what the other replicas published."""
+        try:
+            if self.sync.catch_up(timeout_s=5.0):
+                self.checkpoints.dirty = True
+                self.telemetry.on_model(self.replica.model)
+        except Exception as exc:  # noqa: BLE001 - the broker away, or a slow log: next time
+            log.warning("update log: catching up failed; retrying", extra={"error": repr(exc)})
+
+    def snapshot_extra(self) -> dict:
+        return {"update_offset": self.replica.offset, "replica_id": self.replica_id}
+
+    def close(self) -> None:
+        if self.sync is not None:
+            self.sync.close()
