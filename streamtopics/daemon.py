@@ -438,6 +438,8 @@ class Daemon:
             # the publisher gives up (stop is set) and the final snapshot is skipped.
             self.outbox.wait_idle(None, heartbeat=self._tick_blocked)
             self._collect()
+            if self.replicas is not None:
+                self.replicas.finish()
             final_ok = self._final_snapshot()
             self.hooks.point("shutdown_commit")
             self._commit_durable(sync=True)

@@ -181,6 +181,14 @@ class ReplicaMode:
         except Exception as exc:  # noqa: BLE001 - the broker away, or a slow log: next time
             log.warning("update log: catching up failed; retrying", extra={"error": repr(exc)})
 
+    def finish(self) -> None:
+        """Graceful stop: apply the log to its end, so the final snapshot is as fresh as it can be."""
+        try:
+            if self.sync is not None and self.sync.catch_up(timeout_s=30.0):
+                self.checkpoints.dirty = True
+        except Exception as exc:  # noqa: BLE001 - the broker away: the snapshot is older, still valid
+            log.warning("update log: could not catch up before the final snapshot", extra={"error": repr(exc)})
+
     def snapshot_extra(self) -> dict:
         return {"update_offset": self.replica.offset, "replica_id": self.replica_id}
 

@@ -1,0 +1,192 @@
+"""Scale-out: sustained docs/s of 1 and 2 replicas sharing one model through the update log.
+
+    python bench/bench_scale.py                 # 20NG train (11,314 docs), shipped config
+    python bench/bench_scale.py --docs 4000     # quicker
+
+Each run: a fresh input topic (2 partitions) holds the whole stream before the replicas start
+(daemon subprocesses, ``python -m streamtopics.cli run``, the shipped config with
+``[replication] enabled = true``; one more run with it off: today's single daemon). Throughput =
+documents / (last prediction's ts - first prediction's ts), read from the predictions topic.
+
+Measured alongside, in this process on the same batches: the compute cost c of one batch
+(``Replica.compute``: local step + record) and the apply cost a of one update record
+(``Replica.apply``), and the update log's bytes per document. Scaling model (docs/scale-out.md):
+each replica computes its own batches and applies everybody's, so with N replicas a replica
+spends c + N a per own batch and the system makes N / (c + N a) batches/s:
+
+    S(N) = N (c + a) / (c + N a),    saturating at (c + a) / a replicas' worth.
+
+The model is checked against the 1- and 2-replica measurements (on this 2-core machine two
+replicas have one core each, so S(2) also carries the daemon's own threads' contention).
+"""
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+import uuid
+from pathlib import Path
+
+import msgpack
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from streamtopics import TopicModel  # noqa: E402
+from streamtopics.corpora import load_default_corpus  # noqa: E402
+from streamtopics.service.replication import Assembler, Replica, Source, decode, encode  # noqa: E402
+from streamtopics.stream.codec import decode_prediction  # noqa: E402
+from streamtopics.testing.broker import EmbeddedBroker, create_topics  # noqa: E402
+
+PARTITIONS = 2
+
+
+def _config(bootstrap: str, topics: dict, updates: str, group: str, snaps: Path, rid: str, enabled: bool) -> str:
+    with open(ROOT / "config" / "streamtopics.toml", "rb") as f:
+        d = tomllib.load(f)
+    d["kafka"].update(bootstrap_servers=bootstrap, group_id=group, create_topics=False)
+    d["topics"].update(topics)
+    d["snapshot"].update(dir=str(snaps))
+    d["metrics"].update(port=0, explorer=False)
+    d["replication"].update(enabled=enabled, updates_topic=updates, replica_id=rid)
+    d["logging"].update(level="WARNING")
+
+    def val(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k} = {val(x)}" for k, x in v.items()) + "}"
+        return repr(v)
+
+    return "\n".join(f"[{s}]\n" + "\n".join(f"{k} = {val(v)}" for k, v in kv.items()) for s, kv in d.items()) + "\n"
+
+
+def _read(bootstrap: str, topic: str, want: int, timeout_s: float) -> list:
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
+                      fetch_max_wait_ms=100)
+    parts = c.partitions_for_topic(topic) or {0}
+    c.assign([TopicPartition(topic, p) for p in sorted(parts)])
+    c.seek_to_beginning()
+    out, deadline = [], time.monotonic() + timeout_s
+    while len(out) < want and time.monotonic() < deadline:
+        for recs in c.poll(timeout_ms=500).values():
+            out.extend(recs)
+    c.close()
+    return out
+
+
+def run(broker, values: list[bytes], n_replicas: int, enabled: bool, tmp: Path) -> dict:
+    """Docs/s of ``n_replicas`` daemon processes over the pre-produced stream."""
+    tag = uuid.uuid4().hex[:8]
+    topics = {"input": f"in-{tag}", "output": f"out-{tag}", "dead_letter": f"dlq-{tag}"}
+    updates = f"upd-{tag}"
+    create_topics(broker.bootstrap, {topics["input"]: PARTITIONS, topics["output"]: PARTITIONS,
+                                     topics["dead_letter"]: 1, updates: 1})
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=20)
+    for i, v in enumerate(values):
+        p.send(topics["input"], v, partition=i % PARTITIONS)
+    p.flush(timeout=120)
+    p.close()
+    procs = []
+    for r in range(n_replicas):
+        cfg = tmp / f"{tag}-{r}.toml"
+        cfg.write_text(_config(broker.bootstrap, topics, updates, f"g-{tag}", tmp / f"snaps-{tag}-{r}", f"r{r}",
+                               enabled))
+        procs.append(subprocess.Popen([sys.executable, "-m", "streamtopics.cli", "run", "--config", str(cfg)],
+                                      cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      env=dict(os.environ, PYTHONPATH=str(ROOT))))
+    try:
+        preds = _read(broker.bootstrap, topics["output"], len(values), timeout_s=900)
+    finally:
+        for pr in procs:
+            pr.terminate()
+        for pr in procs:
+            pr.wait(60)
+    ts = sorted(decode_prediction(r.value)["ts"] for r in preds)
+    upd = _read(broker.bootstrap, updates, 10 ** 9, timeout_s=10) if enabled else []  # the whole update log
+    span = ts[-1] - ts[0]
+    return {"replicas": n_replicas, "log": enabled, "docs": len(preds), "seconds": round(span, 2),
+            "docs_per_s": round(len(preds) / span, 1),
+            "log_bytes_per_doc": round(sum(len(r.value) for r in upd) / len(values), 1) if upd else None}
+
+
+def costs(texts: list[str], batch: int = 256) -> dict:
+    """Compute cost per batch (c) and apply cost per update (a), single thread, same batches."""
+    model = TopicModel(threads=1)
+    tokens = model.tokenize(texts)
+    rep, other = Replica(TopicModel(threads=1)), Replica(TopicModel(threads=1))
+    c_s, a_s, n_c, n_a, nbytes = 0.0, 0.0, 0, 0, 0
+    for i, j in enumerate(range(0, len(tokens), batch)):
+        toks = tokens[j:j + batch]
+        t0 = time.perf_counter()
+        rec, _ = rep.compute(toks, Source("docs", 0, j, j + len(toks)))
+        parts = encode(rec)
+        dt_c = time.perf_counter() - t0
+        nbytes += sum(map(len, parts))
+        t0 = time.perf_counter()
+        asm = Assembler()
+        whole = None
+        for raw in parts:
+            whole = asm.add(*decode(raw))
+        other.apply(whole, i)
+        dt_a = time.perf_counter() - t0
+        rep.apply(whole, i)
+        if rec.kind == "summary":
+            c_s, a_s, n_c, n_a = c_s + dt_c, a_s + dt_a, n_c + 1, n_a + 1
+    c, a = c_s / n_c, a_s / n_a
+    return {"compute_s_per_batch": round(c, 4), "apply_s_per_update": round(a, 4),
+            "record_bytes_per_doc": round(nbytes / len(texts), 1), "saturation_replicas": round((c + a) / a, 1)}
+
+
+def model_speedup(n: int, c: float, a: float) -> float:
+    return n * (c + a) / (c + n * a)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--docs", type=int, default=None)
+    args = ap.parse_args()
+    name, corpus = load_default_corpus("train")
+    corpus = corpus[: args.docs] if args.docs else corpus
+    values = [msgpack.packb({"id": d.id, "text": d.text}) for d in corpus]
+    print(f"corpus {name}: {len(values):,} documents, {PARTITIONS} partitions, shipped config")
+    k = costs([d.text for d in corpus])
+    print(f"costs (one thread): compute c = {k['compute_s_per_batch'] * 1e3:.1f} ms/batch, apply a = "
+          f"{k['apply_s_per_update'] * 1e3:.2f} ms/update, {k['record_bytes_per_doc']:,.0f} log bytes/doc; "
+          f"the log saturates at about {k['saturation_replicas']:.0f} replicas")
+    with tempfile.TemporaryDirectory() as d, EmbeddedBroker() as broker:
+        tmp = Path(d)
+        run(broker, values[:512], 1, True, tmp)  # warm-up: numba caches, broker
+        off = run(broker, values, 1, False, tmp)
+        one = run(broker, values, 1, True, tmp)
+        two = run(broker, values, 2, True, tmp)
+    s_meas = two["docs_per_s"] / one["docs_per_s"]
+    s_model = model_speedup(2, k["compute_s_per_batch"], k["apply_s_per_update"])
+    for r in (off, one, two):
+        print(f"  {r['replicas']} replica(s), update log {'on ' if r['log'] else 'off'}: "
+              f"{r['docs_per_s']:8,.0f} docs/s ({r['docs']:,} docs in {r['seconds']:.1f} s)"
+              + (f", {r['log_bytes_per_doc']:,.0f} log bytes/doc" if r["log_bytes_per_doc"] else ""))
+    print(f"  1 replica with the log vs without: {one['docs_per_s'] / off['docs_per_s']:.2f}x (target >= 0.90)")
+    print(f"  2 replicas vs 1: measured {s_meas:.2f}x, model {s_model:.2f}x (target >= 1.7x)")
+    out = {"costs": k, "runs": [off, one, two], "speedup_2": round(s_meas, 3), "model_speedup_2": round(s_model, 3),
+           "log_on_vs_off": round(one["docs_per_s"] / off["docs_per_s"], 3)}
+    res = ROOT / "bench" / "results"
+    res.mkdir(exist_ok=True)
+    (res / "scale.json").write_text(json.dumps(out, indent=1))
+    print(f"\nresults written to {res / 'scale.json'}")
+
+
+if __name__ == "__main__":
+    main()
