@@ -201,7 +201,6 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
     Ka = K * alpha
     mixture = compose == COMPOSE_MIXTURE
     record_docs = doc_acc.shape[0] == D and D > 0
-    n_wp = n_wa = n_dp = n_da = n_ep = n_ea = n_changed = 0
     if sup is None:
         P = 2 * mh_steps
         cand = np.empty(MT, dtype=np.int64)
@@ -267,6 +266,7 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
         p_q = np.zeros(P * MT)
         p_w = np.zeros(MT)
         inv_alpha = 1.0 / alpha
+        n_wp = n_wa = n_dp = n_da = n_ep = n_ea = n_changed = 0
     for k in range(K):
         rk[k] = 1.0 / (Gk[k] + nk[k])
 
@@ -442,7 +442,7 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
                 S_i = 0.0
                 Bx = 0.0
                 Z_i = 1.0
-                if n_draw > 0:
+                if sup is None or n_draw > 0:  # (LDA: always, as the word steps draw every time)
                     if meta[mu + M_PTR] + n_draw > T_u:
                         # the samples left cannot serve this token: rebuild from fresh counts
                         rs = row_rebuild(u, s, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
@@ -463,12 +463,11 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
                     Z_i = S_i + B_tot + Bx
                 ka_z = Ka / Z_i  # alpha part of the doc proposal: K alpha q_i(k) / Z_i
                 ptr = meta[mu + M_PTR]
-                # ¬i factors at s: a (document), b (word), q (proposal q_i)        (AliasLDA Eq. 5)
-                es = row_find(ent, base, cu, K, s)
-                g_s = G[ub + s] if dense_prior else beta
-                b_s = (g_s + ent[4 * es + 1] - 1) / (Gk[s] + nk[s] - 1)
-                q_s = np.float64(entf[4 * es + 3]) * (fb if s == b else 1.0) + Bw[s] + Bx
-                a_s = nd[s] - 1 + alpha
+                if sup is None:
+                    # ¬i factors at s (AliasLDA Eq. 5): the word factor b and the proposal q_i
+                    es = row_find(ent, base, cu, K, s)
+                    b_s = ((G[ub + s] if dense_prior else beta) + ent[4 * es + 1] - 1) / (Gk[s] + nk[s] - 1)
+                    q_s = np.float64(entf[4 * es + 3]) * (fb if s == b else 1.0) + Bw[s] + Bx
                 if sup is None:
                     # -- A: every step's candidates (state-independent); word steps choose now --
                     nl = 0
@@ -603,14 +602,14 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
                         l += doc_tries
                     # -- the chain: the token stays counted at s until it moves --
                     cur = s
-                    a_cur = a_s
+                    a_cur = nd[s] - 1 + alpha
                     b_cur = b_s
                     q_cur = q_s
                     for p in range(P):
                         y = st_y[p]
                         W = st_W[p]
                         if st_word[p]:
-                            n_wp += 1
+                            stats[S_WORD_PROP] += 1
                             if y != cur:
                                 # stage 1 (I-MTM on pi1): min(1, W / (W - w(y) + w(cur)))
                                 den = W - st_w[p] + a_cur
@@ -625,9 +624,9 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
                                     rs, x = rng_next(rs)
                                     if x * den >= num:
                                         continue
-                            n_wa += 1
+                            stats[S_WORD_ACC] += 1
                         elif doc_tries == 1:
-                            n_dp += 1
+                            stats[S_DOC_PROP] += 1
                             if y != cur:
                                 # A_d = p(y) q_d(cur) / (p(cur) q_d(y)), q_d(k) ∝ n_dk + K alpha q_i(k) / Z_i
                                 if word_prior:
@@ -640,9 +639,9 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
                                     rs, x = rng_next(rs)
                                     if x * den >= num:
                                         continue
-                            n_da += 1
+                            stats[S_DOC_ACC] += 1
                         else:
-                            n_dp += 1
+                            stats[S_DOC_PROP] += 1
                             if y != cur:
                                 if word_prior:
                                     w_c = a_cur * b_cur / (a_cur - alpha + ka_z * q_cur)
@@ -653,7 +652,7 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
                                     rs, x = rng_next(rs)
                                     if x * den >= W:
                                         continue
-                            n_da += 1
+                            stats[S_DOC_ACC] += 1
                         cur = y
                         a_cur = st_a[p]
                         b_cur = st_b[p]
@@ -726,6 +725,11 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
                                     t = np.int64(bb if y - bb < Bprob[bb] else Balias[bb])
                         p_t[pj] = t
                     meta[mu + M_PTR] = ptr
+                    # ¬i factors at s (the supervised one below): after the draws, fewer live values
+                    es = row_find(ent, base, cu, K, s)
+                    b_s = ((G[ub + s] if dense_prior else beta) + ent[4 * es + 1] - 1) / (Gk[s] + nk[s] - 1)
+                    q_s = np.float64(entf[4 * es + 3]) * (fb if s == b else 1.0) + Bw[s] + Bx
+                    a_s = nd[s] - 1 + alpha
                     sg_s = 0.0
                     if sup_on:
                         # v = c (M - eta_s): the token's ¬i re-weighted count times c
@@ -881,11 +885,13 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
                     ent[4 * e + 1] += 1
                     nk[cur] += 1
                     rk[cur] = 1.0 / (Gk[cur] + nk[cur])
-                    if sup is not None:
+                    if sup is None:
+                        stats[S_CHANGED] += 1
+                    else:
                         if sup_on:
                             for l in range(L):
                                 Ml[l] += etaT[cur, l] - etaT[s, l]
-                    n_changed += 1
+                        n_changed += 1
                     if cu < K and MAX_LOAD_DEN * meta[mu + M_OCC] > MAX_LOAD_NUM * cu:
                         # compact the row: a fresh table, which holds token i at cur
                         rs = row_rebuild(u, -1, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
@@ -900,13 +906,14 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
                 nd[z[i]] = 0
         if sweep >= record_from and z_rec.shape[0] > sweep - record_from:
             z_rec[sweep - record_from, :] = z
-    stats[S_WORD_PROP] = n_wp
-    stats[S_WORD_ACC] = n_wa
-    stats[S_DOC_PROP] = n_dp
-    stats[S_DOC_ACC] = n_da
-    stats[S_EXP_PROP] = n_ep
-    stats[S_EXP_ACC] = n_ea
-    stats[S_CHANGED] = n_changed
+    if sup is not None:  # counted in registers there; the LDA loop counts in memory (fewer live values)
+        stats[S_WORD_PROP] = n_wp
+        stats[S_WORD_ACC] = n_wa
+        stats[S_DOC_PROP] = n_dp
+        stats[S_DOC_ACC] = n_da
+        stats[S_EXP_PROP] = n_ep
+        stats[S_EXP_ACC] = n_ea
+        stats[S_CHANGED] = n_changed
     return stats
 
 
