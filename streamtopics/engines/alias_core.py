@@ -190,6 +190,7 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
     large = np.empty(K, dtype=np.int32)
     keys = np.empty(K, dtype=np.int64)
     vals = np.empty(K, dtype=np.int64)
+    scratch = (wbuf, widx, prob, alias, small, large, keys, vals)  # K-long work arrays of the row helpers
     Bw = np.zeros(K)  # shared prior table (batch mode); all zero in streaming
     BR = np.ones(K)
     Bprob = np.ones(K)
@@ -279,8 +280,7 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
                 t = min(int(x * K), K - 1)
             else:
                 if meta[mu + M_PTR] >= meta[mu + M_T]:
-                    rs = row_rebuild(u, -1, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
-                                     widx, prob, alias, small, large, keys, vals, rs)
+                    rs = row_rebuild(u, -1, rows, prior, rk, scratch, rs)
                     stats[S_REBUILDS] += 1
                 t = np.int64(samples[meta[mu + M_SOFF] + meta[mu + M_PTR]])
                 meta[mu + M_PTR] += 1
@@ -445,8 +445,7 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
                 if sup is None or n_draw > 0:  # (LDA: always, as the word steps draw every time)
                     if meta[mu + M_PTR] + n_draw > T_u:
                         # the samples left cannot serve this token: rebuild from fresh counts
-                        rs = row_rebuild(u, s, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
-                                         widx, prob, alias, small, large, keys, vals, rs)
+                        rs = row_rebuild(u, s, rows, prior, rk, scratch, rs)
                         stats[S_REBUILDS] += 1
                         tver[i] = meta[mu + M_VER]
                         tb[i] = -1  # built from ¬i counts
@@ -497,8 +496,7 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
                                 if x < S_i:
                                     while True:
                                         if ptr >= T_u:  # rejections ran past the buffer: same table, more draws
-                                            rs = draw_table(u, K, ent, entf, meta, samples, wbuf, widx, prob, alias,
-                                                            small, large, rs)
+                                            rs = draw_table(u, rows, scratch, rs)
                                             ptr = 0
                                         t = np.int64(samples[lo + ptr])
                                         ptr += 1
@@ -705,8 +703,7 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
                             if x < S_i:
                                 while True:
                                     if ptr >= T_u:  # rejections ran past the buffer: same table, more draws
-                                        rs = draw_table(u, K, ent, entf, meta, samples, wbuf, widx, prob, alias,
-                                                        small, large, rs)
+                                        rs = draw_table(u, rows, scratch, rs)
                                         ptr = 0
                                     t = np.int64(samples[lo + ptr])
                                     ptr += 1
@@ -894,8 +891,7 @@ def mh_sweeps(rs, tokens, rows, prior, opts, record, sup):
                         n_changed += 1
                     if cu < K and MAX_LOAD_DEN * meta[mu + M_OCC] > MAX_LOAD_NUM * cu:
                         # compact the row: a fresh table, which holds token i at cur
-                        rs = row_rebuild(u, -1, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf,
-                                         widx, prob, alias, small, large, keys, vals, rs)
+                        rs = row_rebuild(u, -1, rows, prior, rk, scratch, rs)
                         stats[S_REBUILDS] += 1
                         tver[i] = meta[mu + M_VER]
                         tb[i] = cur
