@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from streamtopics.engines import alias_supervised as sup  # noqa: E402
 from streamtopics.engines.alias import AliasEngine, SamplerArrays  # noqa: E402
+from streamtopics.engines.alias_core import S_EXP_DOCS, S_EXP_PROP  # noqa: E402
 from streamtopics.model import TopicModel, load_snapshot  # noqa: E402
 from test_alias import chi2_pvalue  # noqa: E402
 from test_supervised_var_binary import logistic_regression  # noqa: E402
@@ -90,7 +91,7 @@ def test_supervised_chain_reproduces_exact_regularised_joint(table_draws, mixtur
         arr = SamplerArrays(VJ, TOK_W.size, K, table_draws, freq)
         st = sup.run_sweeps(arr, 1000 + c, TOK_W, TOK_PTR, np.full(K, VJ * BJ), np.zeros((1, 1)), False, BJ, AJ,
                             25, 2, mixture, 1, ETA if K == KJ else ETA5, RHO, KAPPA, sup_doc, exp_gate=1e9)
-        n_exp += st[sup._S_EXP_PROP]
+        n_exp += st[S_EXP_PROP]
         finals[c] = int(arr.z @ weights)
     counts = np.bincount(finals, minlength=p.size)
     assert _pooled_pvalue(counts, p, n_chains) > 1e-3
@@ -104,11 +105,11 @@ def test_exp_proposal_is_gated_per_document_and_counted():
     arr = SamplerArrays.allocate(VJ, TOK_W.size, KJ, 3)
     st = sup.run_sweeps(arr, 1, TOK_W, TOK_PTR, np.full(KJ, VJ * BJ), np.zeros((1, 1)), False, BJ, AJ, 10, 2, 0, 1,
                         ETA, RHO, KAPPA, np.ones(2, bool), exp_gate=0.0)
-    assert st[sup._S_EXP_PROP] == 0 and st[sup._S_EXP_DOCS] == 0
+    assert st[S_EXP_PROP] == 0 and st[S_EXP_DOCS] == 0
     arr = SamplerArrays.allocate(VJ, TOK_W.size, KJ, 3)
     st = sup.run_sweeps(arr, 1, TOK_W, TOK_PTR, np.full(KJ, VJ * BJ), np.zeros((1, 1)), False, BJ, AJ, 10, 2, 0, 1,
                         ETA, RHO * 1e-3, KAPPA, np.ones(2, bool))
-    assert st[sup._S_EXP_DOCS] == 20 and st[sup._S_EXP_PROP] == 10 * 5 * 2
+    assert st[S_EXP_DOCS] == 20 and st[S_EXP_PROP] == 10 * 5 * 2
 
 
 # -- model level ---------------------------------------------------------------------------

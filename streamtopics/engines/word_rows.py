@@ -118,12 +118,17 @@ def row_delete(ent, meta, u, base, cap, e):
 
 # -- tables -------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def draw_table(u, K, ent, entf, meta, samples, wbuf, widx, prob, alias, small, large, rs):
-    """Walker table over word u's stored weights A~ -> its whole sample buffer.
+def draw_table(u, rows, scratch, rs):
+    """Walker table over word u's stored weights A~ -> its whole sample buffer; returns the state.
 
     Used after a rebuild and as a *refill* when rejections ran past the buffer: the weights
     are the stored float32 values either way, so a refill does not change the table.
+    ``rows`` = (ent, entf, meta, metaf, samples, nk), ``scratch`` = (wbuf, widx, prob, alias,
+    small, large, keys, vals), K-long work arrays.
     """
+    ent, entf, meta, metaf, samples, nk = rows
+    wbuf, widx, prob, alias, small, large, keys, vals = scratch
+    K = nk.shape[0]
     base = meta[8 * u + M_OFF]
     c = meta[8 * u + M_CAP]
     dense = c >= K
@@ -160,14 +165,19 @@ def _exclusion_factor(c, g, r):
 
 
 @njit(cache=True, nogil=True)
-def row_rebuild(u, x, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk, rk, wbuf, widx, prob, alias, small,
-             large, keys, vals, rs):
+def row_rebuild(u, x, rows, prior, rk, scratch, rs):
     """Word u's table from the current counts n~ <- n, O(cap_u): A~ <- (g + n~) r, f <- exclusion factor.
 
     ``x`` >= 0 is the topic of the token being updated, left out of the table (its own
     count and the topic total it is part of).  A hash row is compacted on the way (entries
-    whose count fell to zero are dropped).  Returns the random state.
+    whose count fell to zero are dropped).  ``rows`` and ``scratch`` as for ``draw_table``;
+    ``prior`` = (Gk, G, dense_prior, ...) as the sweep kernel holds it, rk (K,) = 1 / (G_k +
+    n_k).  Returns the random state.
     """
+    ent, entf, meta, metaf, samples, nk = rows
+    Gk, G, dense_prior = prior[0], prior[1], prior[2]
+    keys, vals = scratch[6], scratch[7]
+    K = nk.shape[0]
     base = meta[8 * u + M_OFF]
     c = meta[8 * u + M_CAP]
     ub = u * K
@@ -209,7 +219,7 @@ def row_rebuild(u, x, K, ent, entf, meta, metaf, samples, G, dense_prior, nk, Gk
             entf[4 * e + 3] = a
             total += a
     metaf[8 * u + M_ZT] = total
-    rs = draw_table(u, K, ent, entf, meta, samples, wbuf, widx, prob, alias, small, large, rs)
+    rs = draw_table(u, rows, scratch, rs)
     meta[8 * u + M_VER] += 1
     return rs
 

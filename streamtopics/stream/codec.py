@@ -100,6 +100,10 @@ message (null for whole-message failures). ``raw`` holds the bytes that failed:
 the whole message, or, for one bad element of an array message, that
 element's exact original bytes (itself a valid single-document message), so a
 batch with many bad elements does not multiply into copies of the batch.
+
+Validation is hand-written on purpose: msgspec was measured as a replacement (x1.6-1.7 decode
+throughput) and not adopted, since it cannot keep these detail texts without this code as well
+(docs/codec.md, bench/bench_codec.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Deterministic minibatches from a Kafka consumer group.
 
 ``BatchingConsumer.next_batch()`` returns a ``RecordBatch``: consecutive records
-of **one** partition, taken from the head of that partition's buffer:
+of **one** partition, cut from that partition's buffer by ``batching.PartitionBuffers``
+(the Kafka-free half: the batch rule, pausing, read-ahead decoding, resume offsets):
 
     a batch closes at the first record where it holds ``max_docs`` documents
     or ``max_docs`` records (array messages carry several documents);
@@ -30,32 +31,22 @@ rebuilt.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.structs import OffsetAndMetadata
 
+from .batching import PartitionBuffers
+
 __all__ = ["BatchingConsumer", "RecordBatch"]
 
 log = logging.getLogger(__name__)
 
 _RECREATE_AFTER = 5  # consecutive poll failures before the client is rebuilt
-
-
-@dataclass(slots=True)
-class _Entry:
-    record: Any
-    arrived: float  # monotonic time the record entered the buffer
-    decoded: Any = None
-    n_docs: int = -1
-    decode_s: float = 0.0
-    claimed: bool = False  # being decoded ahead on another thread
 
 
 @dataclass
@@ -81,14 +72,6 @@ class RecordBatch:
     @property
     def tp(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
-
-
-@dataclass
-class _Partition:
-    buffer: deque = field(default_factory=deque)
-    expected: int | None = None  # offset of the next record to accept
-    paused: bool = False
-    held: bool = False  # the owner stopped reading it (quarantine): paused, nothing handed out
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -132,12 +115,12 @@ class BatchingConsumer:
     ) -> None:
         self._kwargs = dict(consumer_kwargs)
         self.topic = topic
-        self.max_docs = max(1, int(max_docs))
-        self.max_wait_s = max(0, int(max_wait_ms)) / 1000.0
-        self.pause_at = 4 * self.max_docs
+        self._buffers = PartitionBuffers(max_docs, max(0, int(max_wait_ms)) / 1000.0, decode)
+        self.max_docs = self._buffers.max_docs
+        self.max_wait_s = self._buffers.max_wait_s
+        self.pause_at = self._buffers.pause_at
         # Fewer, larger polls: kafka-python's per-call work is paid once per several batches.
         self.poll_records = max(500, 2 * self.max_docs)
-        self._decode = decode
         self._start_offset = start_offset
         self._on_assigned_cb = on_assigned
         self._on_revoked_cb = on_revoked
@@ -145,16 +128,13 @@ class BatchingConsumer:
         self._on_wait = on_wait
         self._factory = factory
         self._consumer: Any = None
-        self._parts: dict[TopicPartition, _Partition] = {}
-        self._resume: dict[TopicPartition, int] = {}  # revoked partitions: first offset not handed out
-        self._lock = threading.RLock()  # listener callbacks run on kafka-python's IO thread
+        self._lock = self._buffers.lock  # listener callbacks run on kafka-python's IO thread
         self._failures = 0
         self.recreated = 0
         self.rejoins_forced = 0  # lost group joins re-run (see _heal_lost_join)
-        self.undecoded = threading.Event()  # set when records arrive: work for decode_ahead
+        self.undecoded = self._buffers.undecoded  # set when records arrive: work for decode_ahead
         self.resets = 0  # partition logs found recreated behind our offsets
         self.last_error: str | None = None
-        self._seen_data = False
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -172,8 +152,7 @@ class BatchingConsumer:
             c.close(autocommit=False)
         except Exception as exc:  # noqa: BLE001
             log.warning("closing the consumer failed", extra={"error": repr(exc)})
-        with self._lock:
-            self._parts.clear()
+        self._buffers.clear()
 
     def _heal_lost_join(self) -> None:
         """Re-run a group join whose result kafka-python 3.0 dropped.
@@ -210,21 +189,17 @@ class BatchingConsumer:
         tps = sorted(assigned)
         with self._lock:
             for tp in tps:
-                st = self._parts[tp] = _Partition()
-                off = None
+                start = None
                 try:
-                    off = self._start_offset(tp)
+                    start = self._start_offset(tp)
                 except Exception as exc:  # noqa: BLE001 - never break the group protocol
                     log.exception("start_offset failed", extra={"partition": tp.partition, "error": repr(exc)})
-                resume = self._resume.pop(tp, None)
-                if off is None and resume is not None:
-                    # The owner has no offset for it, but we held it before: kafka-python keeps
-                    # its fetch position for a partition assigned again, which is past the
-                    # records we buffered and dropped at the revocation - go back to them.
-                    off = resume
+                # Without an offset from the owner, a partition we held before goes back to the
+                # records buffered and dropped at its revocation: kafka-python keeps its fetch
+                # position for a partition assigned again, which is past them.
+                off = self._buffers.assign(tp, None if start is None else int(start))
                 if off is not None:
                     self._consumer.seek(tp, int(off))
-                    st.expected = int(off)
                 log.info("partition assigned", extra={
                     "topic": tp.topic, "partition": tp.partition,
                     "start": off if off is not None else "committed offset, else earliest"})
@@ -232,40 +207,28 @@ class BatchingConsumer:
 
     def _on_revoked(self, revoked, lost: bool) -> None:
         tps = sorted(revoked)
-        with self._lock:
-            for tp in tps:
-                st = self._parts.pop(tp, None)
-                if st is not None:
-                    # First offset not handed out yet (buffered records are dropped here).
-                    first = st.buffer[0].record.offset if st.buffer else st.expected
-                    if first is not None:
-                        self._resume[tp] = int(first)
-                log.info("partition lost" if lost else "partition revoked",
-                         extra={"topic": tp.topic, "partition": tp.partition})
+        for tp in tps:
+            self._buffers.revoke(tp)  # buffered records are dropped; it resumes from the first of them
+            log.info("partition lost" if lost else "partition revoked",
+                     extra={"topic": tp.topic, "partition": tp.partition})
         self._on_revoked_cb(tps)
 
     def hold(self, tp: TopicPartition) -> None:
         """Stop reading ``tp`` until it is assigned again: paused, buffer dropped, no batches."""
         with self._lock:
-            st = self._parts.get(tp)
-            if st is None:
+            if not self._buffers.hold(tp):
                 return
-            st.held = True
-            if st.buffer:
-                st.expected = st.buffer[0].record.offset
-            st.buffer.clear()
             try:
                 if self._consumer is not None:
                     self._consumer.pause(tp)
-                st.paused = True
+                self._buffers.set_paused(tp, True)
             except Exception as exc:  # noqa: BLE001
                 log.debug("pause failed: %r", exc)
 
     # -- state -------------------------------------------------------------------------
 
     def assignment(self) -> list[TopicPartition]:
-        with self._lock:
-            return sorted(self._parts)
+        return self._buffers.partitions()
 
     def connected(self) -> bool:
         """True when the client holds at least one live broker connection."""
@@ -294,8 +257,7 @@ class BatchingConsumer:
             log.debug("metadata refresh request failed: %r", exc)
 
     def buffered(self) -> int:
-        with self._lock:
-            return sum(len(p.buffer) for p in self._parts.values())
+        return self._buffers.buffered()
 
     def lag(self) -> dict[int, int]:
         """Per assigned partition: high watermark minus the next unprocessed offset."""
@@ -303,21 +265,17 @@ class BatchingConsumer:
         c = self._consumer
         if c is None:
             return out
-        with self._lock:
-            for tp, st in self._parts.items():
-                try:
-                    hw = c.highwater(tp)
-                except Exception:  # noqa: BLE001 - not assigned any more
-                    continue
-                nxt = st.buffer[0].record.offset if st.buffer else st.expected
-                if hw is not None and nxt is not None:
-                    out[tp.partition] = max(0, hw - nxt)
+        for tp, nxt in self._buffers.next_offsets().items():
+            try:
+                hw = c.highwater(tp)
+            except Exception:  # noqa: BLE001 - not assigned any more
+                continue
+            if hw is not None and nxt is not None:
+                out[tp.partition] = max(0, hw - nxt)
         return out
 
     def positions(self) -> dict[int, int | None]:
-        with self._lock:
-            return {tp.partition: (st.buffer[0].record.offset if st.buffer else st.expected)
-                    for tp, st in self._parts.items()}
+        return {tp.partition: off for tp, off in self._buffers.next_offsets().items()}
 
     # -- batches -----------------------------------------------------------------------
 
@@ -334,7 +292,7 @@ class BatchingConsumer:
             if should_stop() or now >= deadline:
                 return None
             wait = deadline - now
-            oldest = self._oldest_arrival()
+            oldest = self._buffers.oldest_arrival()
             if oldest is not None:
                 wait = min(wait, max(0.0, oldest + self.max_wait_s - now))
             if wait > 0.0:
@@ -346,11 +304,6 @@ class BatchingConsumer:
         response arrives while the caller computes, instead of a round trip at the next poll."""
         if self._consumer is not None and self.buffered() < self.pause_at // 2:
             self._poll(0.0)
-
-    def _oldest_arrival(self) -> float | None:
-        with self._lock:
-            heads = [st.buffer[0].arrived for st in self._parts.values() if st.buffer]
-        return min(heads) if heads else None
 
     def _poll(self, timeout_s: float) -> None:
         c = self._consumer
@@ -372,140 +325,75 @@ class BatchingConsumer:
         now = time.monotonic()
         with self._lock:
             for tp, recs in records.items():
-                st = self._parts.get(tp)
-                if st is None or st.held:  # revoked while the fetch was in flight, or held
+                if not self._buffers.accepts(tp):  # revoked while the fetch was in flight, or held
                     continue
-                if recs and st.expected is not None and recs[0].offset < st.expected:
+                below = self._buffers.below_expected(tp, recs)
+                if below is not None:
                     # kafka-python discards fetched records that do not start at its position, so
                     # records below the offset we expect mean the client itself moved back: our
                     # offset was out of range (auto_offset_reset -> earliest). The log was
                     # recreated (tansu restarted; a topic deleted and created again) — even if it
                     # has meanwhile grown past our offset, which a high-watermark check misses.
-                    self._log_reset(tp, st, recs[0].offset, "records below the expected offset")
-                for r in recs:
-                    if st.expected is not None and r.offset < st.expected:
-                        continue  # stale fetch from before a seek
-                    st.buffer.append(_Entry(r, now))
-                    st.expected = r.offset + 1
-                    self._seen_data = True
-                    self.undecoded.set()
+                    self._log_reset(tp, below, "records below the expected offset")
+                self._buffers.append(tp, recs, now)
             self._check_highwater(records)
             self._pause_resume()
 
     def _check_highwater(self, records: dict) -> None:
         c = self._consumer
-        for tp, st in list(self._parts.items()):
+        for tp in self._buffers.partitions():
             if records.get(tp):
                 continue
             try:
                 hw = c.highwater(tp)
             except Exception:  # noqa: BLE001
                 continue
-            if hw is None or st.expected is None or hw >= st.expected:
+            if not self._buffers.behind(tp, hw):
                 continue
             # The log is shorter than what we already read: it was recreated or truncated.
-            self._log_reset(tp, st, hw, "high watermark below the expected offset")
+            self._log_reset(tp, hw, "high watermark below the expected offset")
             try:
                 c.seek_to_beginning(tp)
             except Exception as exc:  # noqa: BLE001
                 log.warning("seek_to_beginning failed", extra={"error": repr(exc)})
 
-    def _log_reset(self, tp: TopicPartition, st: _Partition, found: int, why: str) -> None:
+    def _log_reset(self, tp: TopicPartition, found: int, why: str) -> None:
         """The partition's log is not the one our offsets refer to: forget them, tell the owner."""
-        old = st.expected
+        old, dropped = self._buffers.reset(tp)
         log.warning("partition log is behind our offset: it was recreated or truncated; "
                     "re-reading it from its beginning", extra={
                         "topic": tp.topic, "partition": tp.partition, "expected_offset": old,
-                        "found_offset": found, "why": why, "dropped_buffered": len(st.buffer)})
-        st.buffer.clear()
-        st.expected = None
+                        "found_offset": found, "why": why, "dropped_buffered": dropped})
         self.resets += 1
         self._on_reset_cb(tp, old, found)
 
     def _pause_resume(self) -> None:
         c = self._consumer
-        for tp, st in self._parts.items():
+        for tp, pause in self._buffers.pause_changes():
             try:
-                if st.held:
-                    continue
-                if not st.paused and len(st.buffer) >= self.pause_at:
+                if pause:
                     c.pause(tp)
-                    st.paused = True
-                elif st.paused and len(st.buffer) < self.pause_at // 2:
+                else:
                     c.resume(tp)
-                    st.paused = False
+                self._buffers.set_paused(tp, pause)
             except Exception as exc:  # noqa: BLE001
                 log.debug("pause/resume failed: %r", exc)
 
     def _take_ready(self, now: float) -> RecordBatch | None:
         with self._lock:
-            complete: list[tuple[float, TopicPartition, int, float]] = []
-            due: list[tuple[float, TopicPartition, int, float]] = []
-            for tp, st in self._parts.items():
-                if not st.buffer or st.held:
-                    continue
-                n, closed = self._scan(st)
-                head = st.buffer[0].arrived
-                if closed:
-                    complete.append((head, tp, n))
-                elif now - head >= self.max_wait_s:
-                    due.append((head, tp, n))
-            pick = min(complete or due, default=None, key=lambda x: (x[0], x[1]))
-            if pick is None:
+            cut = self._buffers.take_ready(now)
+            if cut is None:
                 return None
-            head, tp, n = pick
-            st = self._parts[tp]
-            entries = [st.buffer.popleft() for _ in range(n)]
             self._pause_resume()
-        return RecordBatch(tp.topic, tp.partition, [e.record for e in entries], [e.decoded for e in entries],
-                           complete=bool(complete), decode_seconds=sum(e.decode_s for e in entries),
-                           waited_seconds=now - head)
+        e = cut.entries
+        return RecordBatch(cut.tp.topic, cut.tp.partition, [x.record for x in e], [x.decoded for x in e],
+                           complete=cut.complete, decode_seconds=sum(x.decode_s for x in e),
+                           waited_seconds=cut.waited_seconds)
 
     def decode_ahead(self, max_records: int = 32) -> int:
-        """Decode up to ``max_records`` buffered records that are not decoded yet; returns how many.
-
-        Meant for another thread while the owner's thread runs GIL-free kernels: decoding is
-        GIL-bound Python that otherwise sits on the batch loop's critical path. Only records
-        within the next two batches of each partition are taken (bounded extra memory), and
-        nothing else changes: batches are cut, handed out and committed by the owner's thread
-        exactly as before. A record the owner's thread reaches first is decoded there too;
-        ``decode`` is a pure function of the record, so either result is the same.
-        """
-        window = 2 * self.max_docs
-        todo: list[_Entry] = []
-        with self._lock:
-            for st in self._parts.values():
-                for i, e in enumerate(st.buffer):
-                    if i >= window or len(todo) >= max_records:
-                        break
-                    if e.n_docs < 0 and not e.claimed:
-                        e.claimed = True
-                        todo.append(e)
-        for e in todo:
-            t0 = time.perf_counter()
-            try:
-                decoded, n = self._decode(e.record)
-            except Exception:  # noqa: BLE001 - left to the owner's thread, which reports it
-                e.claimed = False
-                continue
-            dt = time.perf_counter() - t0
-            with self._lock:
-                if e.n_docs < 0:
-                    e.decoded, e.n_docs, e.decode_s = decoded, n, dt
-        return len(todo)
-
-    def _scan(self, st: _Partition) -> tuple[int, bool]:
-        """How many head records form the next batch, and whether the size rule closed it."""
-        docs = 0
-        for i, e in enumerate(st.buffer):
-            if e.n_docs < 0:
-                t0 = time.perf_counter()
-                e.decoded, e.n_docs = self._decode(e.record)
-                e.decode_s = time.perf_counter() - t0
-            docs += e.n_docs
-            if docs >= self.max_docs or i + 1 >= self.max_docs:
-                return i + 1, True
-        return len(st.buffer), False
+        """Decode up to ``max_records`` buffered records ahead (another thread); see
+        ``PartitionBuffers.decode_ahead``. Returns how many."""
+        return self._buffers.decode_ahead(max_records)
 
     # -- offsets -----------------------------------------------------------------------
 

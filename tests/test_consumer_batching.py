@@ -1,0 +1,101 @@
+"""PartitionBuffers, the Kafka-free half of the consumer: the batch rule, waiting, pausing,
+resume offsets after a revocation, log resets and read-ahead decoding, without a broker."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streamtopics.stream.batching import PartitionBuffers
+
+
+@dataclass
+class Rec:
+    offset: int
+    value: int  # documents the record carries
+
+
+def decode(r):
+    return [r.offset] * r.value, r.value
+
+
+def recs(lo, hi, docs=1):
+    return [Rec(o, docs) for o in range(lo, hi)]
+
+
+def test_a_batch_closes_at_max_docs_documents_or_records_and_depends_only_on_its_start():
+    b = PartitionBuffers(max_docs=4, max_wait_s=60.0, decode=decode)
+    b.assign("p0", 10)
+    b.append("p0", [Rec(10, 1), Rec(11, 2), Rec(12, 3), Rec(13, 1)], now=0.0)
+    cut = b.take_ready(now=0.0)
+    assert [e.record.offset for e in cut.entries] == [10, 11, 12] and cut.complete  # 1 + 2 + 3 >= 4 documents
+    assert cut.entries[2].decoded == [12, 12, 12]
+    assert b.take_ready(now=1.0) is None  # one record left: not closed, not waited long enough
+    cut = b.take_ready(now=60.0)
+    assert [e.record.offset for e in cut.entries] == [13] and not cut.complete and cut.waited_seconds == 60.0
+    b.append("p0", recs(14, 30), now=61.0)
+    assert len(b.take_ready(now=61.0).entries) == 4  # max_docs records close it as well
+    assert b.next_offsets() == {"p0": 18}
+
+
+def test_the_oldest_partition_head_goes_first_and_stale_fetches_are_dropped():
+    b = PartitionBuffers(max_docs=2, max_wait_s=5.0, decode=decode)
+    b.assign("a", 0)
+    b.assign("b", 100)
+    assert b.append("b", recs(98, 102), now=1.0) == 2  # 98, 99: stale fetch from before the seek
+    b.append("a", recs(0, 2), now=2.0)
+    assert b.oldest_arrival() == 1.0
+    assert b.take_ready(now=2.0).tp == "b" and b.take_ready(now=2.0).tp == "a"
+    assert b.buffered() == 0 and b.partitions() == ["a", "b"]
+
+
+def test_pause_when_full_resume_when_drained_to_half():
+    b = PartitionBuffers(max_docs=2, max_wait_s=0.0, decode=decode)
+    b.assign("p", 0)
+    b.append("p", recs(0, 8), now=0.0)  # pause_at = 4 * max_docs = 8
+    assert b.pause_changes() == [("p", True)]
+    b.set_paused("p", True)
+    assert b.pause_changes() == []
+    b.take_ready(0.0)
+    b.take_ready(0.0)
+    assert b.pause_changes() == []  # 4 left: not below half
+    b.take_ready(0.0)
+    assert b.pause_changes() == [("p", False)]
+
+
+def test_a_revoked_partition_resumes_at_the_first_record_not_handed_out_unless_the_owner_says():
+    b = PartitionBuffers(max_docs=10, max_wait_s=60.0, decode=decode)
+    assert b.assign("p", None) is None  # unknown: the group's committed offset decides
+    b.append("p", recs(0, 30), now=0.0)
+    assert len(b.take_ready(0.0).entries) == 10
+    b.revoke("p")  # 10..29 buffered and dropped
+    assert b.partitions() == [] and b.assign("p", None) == 10
+    b.revoke("p")
+    assert b.assign("p", 25) == 25  # the owner's offset wins
+
+
+def test_log_resets_holds_and_highwater():
+    b = PartitionBuffers(max_docs=10, max_wait_s=60.0, decode=decode)
+    b.assign("p", 50)
+    b.append("p", recs(50, 53), now=0.0)
+    assert b.below_expected("p", recs(0, 5)) == 0 and b.below_expected("p", recs(53, 55)) is None
+    assert b.behind("p", 40) and not b.behind("p", 53) and not b.behind("p", None)
+    assert b.reset("p") == (53, 3) and b.next_offsets() == {"p": None}
+    b.append("p", recs(0, 5), now=1.0)  # re-read from the beginning
+    assert b.hold("p") and not b.accepts("p") and b.next_offsets() == {"p": 0}
+    assert b.take_ready(now=100.0) is None and not b.hold("q")
+
+
+def test_decode_ahead_decodes_the_next_two_batches_once():
+    calls = []
+
+    def counting(r):
+        calls.append(r.offset)
+        return decode(r)
+
+    b = PartitionBuffers(max_docs=5, max_wait_s=60.0, decode=counting)
+    b.assign("p", 0)
+    b.append("p", recs(0, 30), now=0.0)
+    assert b.undecoded.is_set()
+    assert b.decode_ahead(max_records=7) == 7 and b.decode_ahead(max_records=7) == 3  # window = 2 batches
+    assert b.decode_ahead() == 0 and calls == list(range(10))
+    cut = b.take_ready(0.0)
+    assert [e.decoded for e in cut.entries] == [[o] for o in range(5)] and calls == list(range(10))
