@@ -124,3 +124,29 @@ def test_testing_aids_are_reached_only_from_the_composition_root():
             if _is(target, ("streamtopics.testing",)):
                 bad.append(f"{name} imports {target}")
     assert bad == [], "production modules importing testing aids:\n" + "\n".join(bad)
+
+
+MAX_CLASS_LINES = 400
+MAX_FUNCTION_LINES = 120
+
+
+def _jitted(fn: ast.AST) -> bool:
+    for d in getattr(fn, "decorator_list", []):
+        target = d.func if isinstance(d, ast.Call) else d
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name in ("njit", "jit", "vectorize", "guvectorize", "generated_jit"):
+            return True
+    return False
+
+
+def test_no_class_over_400_lines_and_no_function_over_120_outside_numba_kernels():
+    long = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            n = (node.end_lineno or node.lineno) - node.lineno + 1 if hasattr(node, "lineno") else 0
+            if isinstance(node, ast.ClassDef) and n > MAX_CLASS_LINES:
+                long.append(f"class {name}.{node.name}: {n} lines")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and n > MAX_FUNCTION_LINES \
+                    and not _jitted(node):
+                long.append(f"function {name}.{node.name}: {n} lines")
+    assert long == [], "too long (split by concern):\n" + "\n".join(long)
