@@ -110,20 +110,14 @@ class Daemon:
                                         compute=self._compute_replicated if self.replicas is not None else None)
         self.decoder = RecordDecoder(cfg.limits(), cfg.input.format, self._tokenizer, self.hooks.point)
         self.outbox = Outbox(cfg, self.session, self.telemetry, self.hooks.point)
+        if self.replicas is not None:
+            self.outbox.on_acked = self.replicas.acked
         self._beat = time.monotonic()
         self.error: BaseException | None = None
         self.stale_after_s = max(10.0, 5 * cfg.batch.max_wait_ms / 1000.0)
         self._poll_tick_s = min(0.5, max(0.05, cfg.batch.max_wait_ms / 1000.0))
 
     # -- collaborators' state, for callers and tests -------------------------------------
-
-    @property
-    def ledger(self):
-        return self.book.ledger
-
-    @property
-    def consumer(self):
-        return self.session.consumer
 
     @property
     def last_snapshot(self) -> Path | None:
@@ -143,10 +137,6 @@ class Daemon:
     def stop(self) -> None:
         """Ask for a graceful stop (thread- and signal-safe): finish the batch, publish, commit, snapshot."""
         self._stop.set()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT -> graceful stop; a second signal exits at once (the last snapshot stays valid)."""
@@ -293,8 +283,10 @@ class Daemon:
         self.hooks.point("assigned")
 
     def _on_revoked(self, tps: list[TopicPartition]) -> None:
-        if self.sync is not None:
-            self.sync.flush()  # our records are in the log before the partitions' next owner reads it
+        if self.replicas is not None:  # acknowledged batches' records in the log before the next owner reads it
+            self.outbox.wait_idle(SNAPSHOT_ACK_WAIT_S, heartbeat=self._tick_blocked)
+            self._collect()
+            self.replicas.revoked({f"{tp.topic}:{tp.partition}" for tp in tps})
         self.book.revoke([(tp.topic, tp.partition) for tp in tps])
         for tp in tps:
             self.telemetry.on_revoked(tp.partition)

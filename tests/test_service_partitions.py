@@ -94,7 +94,7 @@ def test_a_partition_that_keeps_resetting_is_quarantined_held_and_not_ready(tmp_
     d.book.assign([("docs", 0)])
     d.telemetry.on_broker(True)
     assert d.readiness()[0]
-    quarantined = [d.book.on_reset("docs", 0, 100, 0) for _ in range(d.ledger.max_resets + 1)]
+    quarantined = [d.book.on_reset("docs", 0, 100, 0) for _ in range(d.book.ledger.max_resets + 1)]
     assert quarantined[-1] and not any(quarantined[:-1])
     ok, info = d.readiness()
     assert not ok and "docs:0" in info["quarantined"]

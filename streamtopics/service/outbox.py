@@ -36,6 +36,8 @@ class Outbox:
         self.encoder = PredictionEncoder.from_config(cfg)
         self._point = point
         self.failed = False
+        # called with each acknowledged batch's BatchMeta (replicas publish its update record then)
+        self.on_acked: Callable[[BatchMeta], None] | None = None
 
     def submit_batch(self, rb, out, now: float, t_start: float, heartbeat: Callable[[], None]) -> None:
         """Dead letters and predictions of a processed batch (``BatchOutcome``) to the publisher
@@ -81,6 +83,8 @@ class Outbox:
                 continue
             acked = True
             self.telemetry.on_batch_acked(job, tp_key(job.meta.tp.topic, job.meta.tp.partition))
+            if self.on_acked is not None:
+                self.on_acked(job.meta)
         if acked:
             self._point("collected")
         self.telemetry.on_pending(pipeline.pending_messages)

@@ -9,6 +9,7 @@ assigned the partition directly (no group): every replica reads all of it.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import socket
@@ -140,6 +141,9 @@ class ReplicaMode:
         self.replica: Replica | None = None
         self.sync: ReplicaSync | None = None
         self.predicted_at = 0  # the update offset of the model that made the last batch's predictions
+        # Records wait here until their batch's predictions are acknowledged: what the log covers
+        # has always been predicted, so a partition's next owner may resume where coverage ends.
+        self.pending: dict[tuple[str, int], UpdateRecord] = {}
 
     def join(self, model, ledger) -> None:
         """The model at its snapshot's update offset, then the log applied to its end."""
@@ -164,13 +168,27 @@ class ReplicaMode:
         topic, _, partition = span.key.rpartition(":")
         source = Source(topic, int(partition), span.first, span.next, ledger.epoch(span.key))
         rec, theta = self.replica.compute(tokens, source)
-        self.sync.publish(rec)
-        self.telemetry.on_update_published(self.replica.offset)
-        if theta is None:  # no topics yet: they come from this record (or an earlier one) in the log
-            self.sync.catch_up()
-            self.predicted_at = self.replica.offset
-            theta = model.process(model.prepare(tokens, grow=False), learn=False).theta
+        if theta is None:
+            # No topics yet: predict with a scratch copy that applies this record as the log will.
+            scratch = Replica(copy.deepcopy(model), offset=self.replica.offset)
+            scratch.apply(rec, self.replica.offset)
+            theta = scratch.model.process(scratch.model.prepare(tokens, grow=False), learn=False).theta
+        self.pending[(span.key, span.first)] = rec
         return theta
+
+    def acked(self, meta) -> None:
+        """A batch's predictions are acknowledged: its update record goes to the log."""
+        rec = self.pending.pop((f"{meta.tp.topic}:{meta.tp.partition}", meta.first_offset), None)
+        if rec is not None:
+            self.sync.publish(rec)
+            self.telemetry.on_update_published(self.replica.offset)
+
+    def revoked(self, keys: set[str]) -> None:
+        """Partitions go to other replicas: what is not acknowledged by now is theirs to learn
+        (they re-read it), so its records are dropped; the rest is in the log before they start."""
+        for k in [k for k in self.pending if k[0] in keys]:
+            del self.pending[k]
+        self.sync.flush()
 
     def apply_log(self) -> None:
         """Between batches: apply what the other replicas published."""
