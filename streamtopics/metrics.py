@@ -506,6 +506,12 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_trending_topic_change": "gauge",
     "streamtopics_topic_monitor_duration_seconds": "histogram",
     "streamtopics_topic_events_total": "counter",
+    "streamtopics_update_log_lag_records": "gauge",
+    "streamtopics_update_staleness_records": "gauge",
+    "streamtopics_updates_applied_total": "counter",
+    "streamtopics_update_apply_seconds": "histogram",
+    "streamtopics_updates_published_total": "counter",
+    "streamtopics_update_log_offset": "gauge",
 }
 
 HealthCallback = Callable[[], tuple[bool, dict]]
