@@ -41,7 +41,43 @@ class ReplicaSync:
         self._end = 0
         self.published = 0
 
+    def check_retention(self) -> str | None:
+        """The update log must outlast the snapshot interval (a replica that restarts replays it
+        from its newest snapshot). Returns the problem, or None (also when the broker does not say)."""
+        from kafka import KafkaAdminClient
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        try:
+            admin = KafkaAdminClient(**self.cfg.kafka.admin_kwargs())
+            try:
+                res = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, self.tp.topic)])
+            finally:
+                admin.close()
+            if isinstance(res, dict):  # kafka-python >= 2.1: {"topic": {name: {config: value}}}
+                entries = (res.get("topic") or {}).get(self.tp.topic) or {}
+            else:  # older: responses with (name, value, ...) rows
+                entries = {c[0]: c[1] for r in res for c in r.resources[0][4]}
+            value = entries.get("retention.ms")
+            if isinstance(value, dict):
+                value = value.get("value")
+            if value is None:
+                log.info("update log: the broker does not report retention.ms; not checked")
+                return None
+            retention = int(value)
+        except Exception as exc:  # noqa: BLE001 - a broker without DescribeConfigs (tansu): cannot check
+            log.info("update log: retention not checked", extra={"error": repr(exc)})
+            return None
+        need = 1000 * max(self.cfg.snapshot.every_seconds, 60.0) * 10
+        if 0 <= retention < need:
+            return (f"update log {self.tp.topic!r} keeps records for {retention / 1000:.0f} s, less than ten "
+                    f"snapshot intervals ({need / 1000:.0f} s): a replica restarting from its newest snapshot "
+                    f"could find the records after it deleted; raise retention.ms of the topic")
+        return None
+
     def connect(self) -> None:
+        problem = self.check_retention()
+        if problem:
+            log.error(problem)
         k = self.cfg.kafka
         common = {key: v for key, v in k.consumer_kwargs().items()
                   if key not in ("group_id", "enable_auto_commit", "auto_offset_reset", "max_poll_interval_ms",
