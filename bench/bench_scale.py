@@ -51,6 +51,9 @@ from streamtopics.testing.broker import EmbeddedBroker, create_topics  # noqa: E
 PARTITIONS = 2
 
 
+THREADS = 0  # model.threads of every replica (0: the cores the process may use, the default)
+
+
 def _config(bootstrap: str, topics: dict, updates: str, group: str, snaps: Path, rid: str, enabled: bool) -> str:
     with open(ROOT / "config" / "streamtopics.toml", "rb") as f:
         d = tomllib.load(f)
@@ -60,6 +63,7 @@ def _config(bootstrap: str, topics: dict, updates: str, group: str, snaps: Path,
     d["metrics"].update(port=0, explorer=False)
     d["replication"].update(enabled=enabled, updates_topic=updates, replica_id=rid)
     d["logging"].update(level="WARNING")
+    d["model"]["threads"] = THREADS
 
     def val(v):
         if isinstance(v, bool):
@@ -157,11 +161,17 @@ def model_speedup(n: int, c: float, a: float) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="model.threads of each replica (0 = default: all cores; 1 = one core each, "
+                         "as replicas on separate machines)")
     args = ap.parse_args()
+    global THREADS
+    THREADS = args.threads
     name, corpus = load_default_corpus("train")
     corpus = corpus[: args.docs] if args.docs else corpus
     values = [msgpack.packb({"id": d.id, "text": d.text}) for d in corpus]
-    print(f"corpus {name}: {len(values):,} documents, {PARTITIONS} partitions, shipped config")
+    print(f"corpus {name}: {len(values):,} documents, {PARTITIONS} partitions, shipped config, "
+          f"model.threads = {args.threads or 'all cores'} per replica")
     k = costs([d.text for d in corpus])
     print(f"costs (one thread): compute c = {k['compute_s_per_batch'] * 1e3:.1f} ms/batch, apply a = "
           f"{k['apply_s_per_update'] * 1e3:.2f} ms/update, {k['record_bytes_per_doc']:,.0f} log bytes/doc; "
@@ -184,8 +194,9 @@ def main() -> None:
            "log_on_vs_off": round(one["docs_per_s"] / off["docs_per_s"], 3)}
     res = ROOT / "bench" / "results"
     res.mkdir(exist_ok=True)
-    (res / "scale.json").write_text(json.dumps(out, indent=1))
-    print(f"\nresults written to {res / 'scale.json'}")
+    name = "scale.json" if not args.threads else f"scale-threads{args.threads}.json"
+    (res / name).write_text(json.dumps(out, indent=1))
+    print(f"\nresults written to {res / name}")
 
 
 if __name__ == "__main__":

@@ -112,6 +112,7 @@ class Daemon:
         self.outbox = Outbox(cfg, self.session, self.telemetry, self.hooks.point)
         if self.replicas is not None:
             self.outbox.on_acked = self.replicas.acked
+            self.outbox.encoder = self.outbox.encoder.named(self.replicas.replica_id)
         self._beat = time.monotonic()
         self.error: BaseException | None = None
         self.stale_after_s = max(10.0, 5 * cfg.batch.max_wait_ms / 1000.0)

@@ -67,3 +67,4 @@ def test_two_replicas_learn_one_model_exactly_once(broker, fresh_topic, tmp_path
     preds = [msgpack.unpackb(r.value) for r in _read_all(broker.bootstrap, topics["output"], want=n, timeout_s=30)]
     assert {p["id"] for p in preds} == {d["id"] for d in docs}
     assert max(p["model_version"] for p in preds) <= a.replica.offset
+    assert {p["replica"] for p in preds} == {"a", "b"}  # who predicted it, at which update offset

@@ -38,16 +38,21 @@ class BatchMeta:
 class PredictionEncoder:
     """Encodes one batch's dead letters and predictions for the configured topics."""
 
-    def __init__(self, output_topic: str, dead_letter_topic: str, max_raw_bytes: int) -> None:
+    def __init__(self, output_topic: str, dead_letter_topic: str, max_raw_bytes: int,
+                 replica: str | None = None) -> None:
         self.output_topic = output_topic
         self.dead_letter_topic = dead_letter_topic
         self.max_raw_bytes = max_raw_bytes
+        self.replica = replica  # named in every prediction when replicas share the model
 
     @classmethod
     def from_config(cls, cfg) -> PredictionEncoder:
         limit = int(cfg.kafka.extra_producer.get("max_request_size", 1048576))
         max_raw = max(1024, min(limit, cfg.limits.max_message_bytes) - 16384)
         return cls(cfg.topics.output, cfg.topics.dead_letter, max_raw)
+
+    def named(self, replica: str | None) -> PredictionEncoder:
+        return PredictionEncoder(self.output_topic, self.dead_letter_topic, self.max_raw_bytes, replica)
 
     def encode(self, dead: list[DeadLetter], ids: list, theta: np.ndarray | None, version: int, now: float,
                sup: tuple | None, label_names: list) -> list[OutMessage]:
@@ -60,7 +65,8 @@ class PredictionEncoder:
             extras = label_fields(sup, len(ids), label_names or [])
             for doc_id, row, extra in zip(ids, top_topics(theta), extras):
                 out.append(OutMessage(self.output_topic,
-                                      encode_prediction(doc_id, row, model_version=version, ts=now, **extra),
+                                      encode_prediction(doc_id, row, model_version=version, ts=now,
+                                                        replica=self.replica, **extra),
                                       key=prediction_key(doc_id)))
         return out
 

@@ -40,6 +40,7 @@ class ReplicaSync:
         self._assembler = Assembler()
         self._end = 0
         self.published = 0
+        self.failed: list[UpdateRecord] = []  # records the broker refused (appended by the producer thread)
 
     def check_retention(self) -> str | None:
         """The update log must outlast the snapshot interval (a replica that restarts replays it
@@ -115,6 +116,18 @@ class ReplicaSync:
         self.telemetry.on_update_lag(max(0, self._end - self.replica.offset))
         return n
 
+    def apply_fetched(self) -> int:
+        """Apply what the log reader has fetched already, without waiting for more."""
+        n = 0
+        for msg in self._consumer.poll(timeout_ms=0, max_records=256).get(self.tp, []):
+            if msg.offset >= self.replica.offset:
+                n += self._apply_message(msg)
+        hw = self._consumer.highwater(self.tp)
+        if hw is not None:
+            self._end = max(self._end, int(hw))
+        self.telemetry.on_update_lag(max(0, self._end - self.replica.offset))
+        return n
+
     def _apply_message(self, msg) -> int:
         try:
             part, i, parts = decode(msg.value)
@@ -133,26 +146,40 @@ class ReplicaSync:
         return 1
 
     def bounded(self) -> None:
-        """Apply the log until this replica is at most ``max_staleness`` records behind its end."""
-        end = self.end_offset()
+        """Apply the log until this replica is at most ``max_staleness`` records behind its end
+        (the end as the last fetch saw it: no round trip per batch)."""
+        self.apply_fetched()
+        hw = self._consumer.highwater(self.tp)
+        end = int(hw) if hw is not None else self.end_offset()
         if end - self.replica.offset > self.rc.max_staleness:
             self.catch_up(end - self.rc.max_staleness)
-        self.telemetry.on_staleness(max(0, self._end - self.replica.offset))
+        self.telemetry.on_staleness(max(0, end - self.replica.offset))
 
     # -- publishing ------------------------------------------------------------------------
 
     def publish(self, rec: UpdateRecord) -> None:
-        """Send the record (its parts in order) and wait for the acknowledgements."""
-        futures = [self._producer.send(self.tp.topic, value=raw, partition=0)
-                   for raw in encode(rec, self.rc.max_record_bytes)]
-        self._producer.flush(timeout=30)
-        for f in futures:
-            f.get(timeout=30)
+        """Send the record's parts (the producer's thread delivers them; ``flush`` waits). A part
+        the broker refuses puts the record back in ``failed``, sent again by ``retry``: a hole in
+        a partition's coverage would leave its documents unlearned."""
+        for raw in encode(rec, self.rc.max_record_bytes):
+            self._producer.send(self.tp.topic, value=raw, partition=0).add_errback(self._on_send_error, rec)
         self.published += 1
 
+    def _on_send_error(self, rec: UpdateRecord, exc) -> None:  # producer thread
+        log.error("update log: a record was not delivered; sending it again", extra={"error": repr(exc)})
+        self.failed.append(rec)
+
+    def retry(self) -> None:
+        while self.failed:
+            self.publish(self.failed.pop(0))
+
     def flush(self) -> None:
+        """Wait until every record sent is in the log (and resend refused ones)."""
         if self._producer is not None:
             self._producer.flush(timeout=30)
+            if self.failed:
+                self.retry()
+                self._producer.flush(timeout=30)
 
     def close(self) -> None:
         for c in (self._consumer, self._producer):
@@ -227,9 +254,10 @@ class ReplicaMode:
         self.sync.flush()
 
     def apply_log(self) -> None:
-        """Between batches: apply what the other replicas published."""
+        """Between batches: apply what the log reader fetched (others' records, and ours back)."""
         try:
-            if self.sync.catch_up(timeout_s=5.0):
+            self.sync.retry()
+            if self.sync.apply_fetched():
                 self.checkpoints.dirty = True
                 self.telemetry.on_model(self.replica.model)
         except Exception as exc:  # noqa: BLE001 - the broker away, or a slow log: next time
@@ -238,7 +266,9 @@ class ReplicaMode:
     def finish(self) -> None:
         """Graceful stop: apply the log to its end, so the final snapshot is as fresh as it can be."""
         try:
-            if self.sync is not None and self.sync.catch_up(timeout_s=30.0):
+            if self.sync is not None:
+                self.sync.flush()  # our last records are in the log ...
+            if self.sync is not None and self.sync.catch_up(timeout_s=30.0):  # ... and applied, with everybody's
                 self.checkpoints.dirty = True
         except Exception as exc:  # noqa: BLE001 - the broker away: the snapshot is older, still valid
             log.warning("update log: could not catch up before the final snapshot", extra={"error": repr(exc)})

@@ -696,8 +696,11 @@ def encode_prediction(
     response: float | None = None,
     model_version: int,
     ts: float,
+    replica: str | None = None,
 ) -> bytes:
-    """Prediction message; numpy scalars are accepted and converted (msgpack cannot pack them)."""
+    """Prediction message; numpy scalars are accepted and converted (msgpack cannot pack them).
+    ``replica``: the replica that made it (replication on; ``model_version`` is then the update-log
+    offset of the model that predicted)."""
     doc_id = _norm_id(doc_id)
     pairs = [(int(k), float(p)) for k, p in topics]
     pairs.sort(key=lambda kp: (-kp[1], kp[0]))  # ties by topic index: deterministic output
@@ -711,6 +714,8 @@ def encode_prediction(
     if response is not None:
         m["response"] = float(response)
     m["model_version"] = int(model_version)
+    if replica is not None:
+        m["replica"] = str(replica)
     m["ts"] = float(ts)
     return msgpack.packb(m, use_bin_type=True)
 
