@@ -112,11 +112,11 @@ def lr_on_theta(m: TopicModel, d: Data) -> tuple[float, float]:
     from sklearn.linear_model import LogisticRegression
 
     t0 = time.perf_counter()
-    Ztr = m._zbar_docs(d.trX)
+    Ztr = m.zbar_docs(d.trX)
     best = 0.0
     for C in (10.0, 100.0, 1000.0):  # best on the test set: favours the baseline
         lr = LogisticRegression(C=C, max_iter=3000).fit(Ztr, d.trY)
-        best = max(best, lr.score(m._zbar_docs(d.teX), d.teY))
+        best = max(best, lr.score(m.zbar_docs(d.teX), d.teY))
     return best, time.perf_counter() - t0
 
 
@@ -183,7 +183,7 @@ def section_binary(d: Data) -> None:
     m, sec = stream(base, trX, None, passes=3, bs=128)
     from sklearn.linear_model import LogisticRegression
 
-    Ztr, Zte = m._zbar_docs(trX), m._zbar_docs(teX)
+    Ztr, Zte = m.zbar_docs(trX), m.zbar_docs(teX)
     acc = max(LogisticRegression(C=C, max_iter=3000).fit(Ztr, trY).score(Zte, teY) for C in (1.0, 10.0, 100.0, 1000.0))
     row("binary", "two-stage: unsupervised lsparse + LogisticRegression(theta)", "accuracy", acc, sec)
 

@@ -208,7 +208,7 @@ class TopicModel:
         alpha_used, version_before = self.state.alpha, self.state.version
         labels = self._batch_labels(batch, labels)
         if learn and not self.state.initialized and batch.n_tokens > 0:
-            self._initialize(batch)
+            self.initialize(batch)
         sup_step = learn and labels is not None and batch.n_docs > 0
         label_names = self.label_names
         result, pre, scores, predicted = self._local_steps(batch, labels if sup_step else None, learn)
@@ -344,7 +344,7 @@ class TopicModel:
         batch = self.prepare(self.tokenize(docs), grow=True)
         return self.process(batch, learn=True, batch_key=batch_key, labels=labels).theta
 
-    def _initialize(self, batch: Batch) -> None:
+    def initialize(self, batch: Batch) -> None:
         """Seed the topics from the first batch (``fitting.seed_topics``)."""
         fitting.seed_topics(self.state, batch, self.rng, self.init, self.init_smoothing)
 
@@ -390,7 +390,6 @@ class TopicModel:
         """Topic proportions of new documents from the unsupervised local step (the classifier's features)."""
         return self.infer_counts(self.prepare(self.tokenize(docs), grow=False), normalise_rows)
 
-    _zbar_docs = zbar_docs  # the older name (bench/bench_supervised.py)
 
     def _need_head(self) -> SupervisedHead:
         if self.head is None:

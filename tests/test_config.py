@@ -16,6 +16,7 @@ from streamtopics.config import (
     LimitsConfig,
     load_config,
 )
+from streamtopics.engines.alias_core import resolve_tries
 from streamtopics.stream.codec import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -305,7 +306,7 @@ def test_alias_settings_reach_the_model():
     base = {"model": {"engine": "alias", "n_topics": 512, "burn_in": 1, "sample_sweeps": 2, "mh_steps": 3}}
     m = model_from_config(Config.from_dict(base).model)
     assert (m.burn_in, m.sample_sweeps, m.mh_steps, m.tries) == (1, 2, 3, None)
-    assert m.local_step._tries(512) == (2, 1)
+    assert resolve_tries(m.local_step.tries, 512) == (2, 1)
     m = model_from_config(Config.from_dict({"model": {**base["model"], "tries": 3}}).model)
     assert m.tries == (3, 1)
     m = model_from_config(Config.from_dict({"model": {**base["model"], "doc_tries": 2}}).model)

@@ -137,7 +137,7 @@ def test_heldout_loglik_improves_with_learning(lda):
     init = TopicModel(n_topics=K_TRUE, sparsity=3, alpha=0.1, beta=0.01, seed=0)
     init.prepare(init.tokenize(train))
     first = init.prepare(init.tokenize(train[:50]))
-    init._initialize(first)
+    init.initialize(first)
     ll_init = init.heldout_loglik(test)
     trained = fit(train, passes=3)
     ll_trained = trained.heldout_loglik(test)

@@ -57,7 +57,7 @@ def test_supervised_beats_two_stage_on_binary_20ng(binary):
     trX, trY, teX, teY = binary
     base = dict(n_topics=20, seed=0)  # the defaults: nothing tuned for this corpus
     unsup = _train(base, trX, trY)
-    Ztr, Zte = unsup._zbar_docs(trX), unsup._zbar_docs(teX)
+    Ztr, Zte = unsup.zbar_docs(trX), unsup.zbar_docs(teX)
     ytr = np.array([y == CATS[1] for y in trY], dtype=float)
     yte = np.array([y == CATS[1] for y in teY])
     two_stage = 0.0
