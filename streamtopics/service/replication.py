@@ -106,16 +106,32 @@ def check_replicable(model) -> list[str]:
 # --------------------------------------------------------------------------- wire format
 
 
-def _pack_array(a: np.ndarray) -> list:
-    a = np.ascontiguousarray(a)
-    return [a.dtype.str, a.tobytes()]
+# Wire dtypes (compact) and in-memory dtypes of the record's arrays. Values travel as float32:
+# every replica applies the same rounded values, so replicas stay bit-identical; against one
+# daemon the rounding is ~1e-7 relative. Topic ids travel as int16 while K < 32768.
+_CANONICAL = {"known": np.int64, "indptr": np.int64, "topics": np.int32, "values": np.float64,
+              "totals": np.float64, "doc_ptr": np.int64, "doc_topics": np.int32, "doc_values": np.float64}
+_WIRE_DTYPES = ("<i2", "<i4", "<i8", "<f4", "<f8")
 
 
-def _unpack_array(v: list) -> np.ndarray:
+def _wire_dtype(name: str, a: np.ndarray) -> str:
+    if name in ("values", "totals", "doc_values"):
+        return "<f4"
+    if name in ("topics", "doc_topics"):
+        return "<i2" if a.size == 0 or int(a.max()) < 32768 else "<i4"
+    return "<i4" if a.size == 0 or (int(a.max()) < 2 ** 31 and int(a.min()) >= -2 ** 31) else "<i8"
+
+
+def _pack_array(name: str, a: np.ndarray) -> list:
+    dtype = _wire_dtype(name, a)
+    return [dtype, np.ascontiguousarray(a, dtype=np.dtype(dtype)).tobytes()]
+
+
+def _unpack_array(name: str, v: list) -> np.ndarray:
     dtype, raw = v
-    if dtype not in ("<i8", "<i4", "<f8"):
+    if dtype not in _WIRE_DTYPES:
         raise ValueError(f"update record: unexpected array dtype {dtype!r}")
-    return np.frombuffer(raw, dtype=np.dtype(dtype)).copy()
+    return np.frombuffer(raw, dtype=np.dtype(dtype)).astype(_CANONICAL[name])
 
 
 def _to_map(rec: UpdateRecord, part: int, parts: int) -> dict:
@@ -125,7 +141,7 @@ def _to_map(rec: UpdateRecord, part: int, parts: int) -> dict:
          "n_docs": rec.n_docs, "n_tokens": rec.n_tokens, "objective": rec.objective,
          "entropy": rec.entropy, "alloc": rec.alloc, "new_words": rec.new_words, "tokens": rec.tokens}
     for name in _ARRAYS:
-        m[name] = _pack_array(getattr(rec, name))
+        m[name] = _pack_array(name, getattr(rec, name))
     return m
 
 
@@ -170,7 +186,7 @@ def decode(raw: bytes) -> tuple[UpdateRecord, int, int]:
             source=Source(str(topic), int(partition), int(first), int(nxt), int(epoch)), base=int(m["base"]),
             kind=str(m["kind"]), n_docs=int(m["n_docs"]), n_tokens=int(m["n_tokens"]), objective=m["objective"],
             entropy=float(m["entropy"]), alloc=float(m["alloc"]), new_words=list(m["new_words"]),
-            tokens=m["tokens"], rid=str(m["rid"]), **{name: _unpack_array(m[name]) for name in _ARRAYS})
+            tokens=m["tokens"], rid=str(m["rid"]), **{name: _unpack_array(name, m[name]) for name in _ARRAYS})
         return rec, int(m["part"]), int(m["parts"])
     except (KeyError, TypeError, ValueError, msgpack.exceptions.ExtraData) as exc:
         raise ValueError(f"not an update record: {exc!r}") from None
