@@ -360,6 +360,9 @@ class ReplicationConfig:
                                 "(the replica applies the log first otherwise).", ge=0, le=10000)
     max_record_bytes: int = opt(900000, "Largest update-log message; bigger records are split into parts.",
                                 ge=65536)
+    snapshots_topic: str = opt("", "Topic replicas ship their snapshots to (in chunks, with manifests in "
+                                   "<topic>-manifests), so a replica starting with an empty snapshot directory "
+                                   "fetches the newest instead of replaying the whole log; empty = off.")
 
 
 _SECTIONS: dict[str, type] = {

@@ -227,6 +227,8 @@ class Daemon:
             "version": __version__, "instance": self.instance, "config": cfg.to_dict(),
             "metrics_url": self.metrics_url})
         self.checkpoints.lock.acquire()  # LockHeld: another daemon writes this snapshot directory
+        if self.replicas is not None:
+            self.replicas.fetch_snapshot(self.checkpoints.store)
         found = self.checkpoints.load()
         if found is None:
             self.model = model_from_config(cfg.model)
@@ -414,6 +416,8 @@ class Daemon:
         if not self._stop.is_set():
             self._commit_durable()
         self.checkpoints.prune(path, self.model.version, early)
+        if self.replicas is not None:
+            self.replicas.ship(path)
         self.outbox.announce_snapshot(path, self.model.version, self.offsets, self.checkpoints.lineage)
         return path
 

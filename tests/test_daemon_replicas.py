@@ -68,3 +68,39 @@ def test_two_replicas_learn_one_model_exactly_once(broker, fresh_topic, tmp_path
     assert {p["id"] for p in preds} == {d["id"] for d in docs}
     assert max(p["model_version"] for p in preds) <= a.replica.offset
     assert {p["replica"] for p in preds} == {"a", "b"}  # who predicted it, at which update offset
+
+
+def test_a_replica_with_no_disk_of_its_own_starts_from_a_snapshot_shipped_through_kafka(broker, fresh_topic,
+                                                                                         tmp_path):
+    from kafka import KafkaProducer
+
+    from streamtopics.testing.broker import create_topics
+
+    topics = _topics(fresh_topic)
+    updates = fresh_topic(prefix="upd")
+    snaps_topic = fresh_topic(prefix="snapshots")
+    create_topics(broker.bootstrap, {snaps_topic + "-manifests": 1})
+    rep = {"enabled": True, "updates_topic": updates, "snapshots_topic": snaps_topic}
+    kafka = {"group_id": f"g-ship-{updates}"}
+    n = 1200
+    prod = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    for i, x in enumerate(_docs(n)):
+        prod.send(topics["input"], msgpack.packb(x), partition=i % 2)
+    prod.flush(timeout=30)
+    prod.close(timeout=5)
+    with _running(_cfg(broker.bootstrap, topics, tmp_path / "a", replication={**rep, "replica_id": "a"},
+                       kafka=kafka)) as a:
+        _wait(lambda: _learned(a) >= n, 120, "all documents learned")
+        _wait(lambda: a.replicas.shipper.shipped >= 1, 60, "a snapshot shipped")
+        a.replicas.shipper.wait()
+        shipped_at = a.replica.offset
+        # b: another machine, empty snapshot directory
+        with _running(_cfg(broker.bootstrap, topics, tmp_path / "b", replication={**rep, "replica_id": "b"},
+                           kafka=kafka)) as b:
+            _wait(lambda: b.replica is not None and b.replica.offset == a.replica.offset == a.sync.end_offset(), 60,
+                  "b at the log's end")
+            time.sleep(0.5)
+            assert digest(a.model) == digest(b.model) and _learned(b) == n
+            started_from = b.model.snapshot_info["extra"]["daemon"]
+            assert started_from["replica_id"] == "a" and 0 < started_from["update_offset"] <= shipped_at
+            assert b.replica.applied < shipped_at  # it replayed only the log after the shipped snapshot

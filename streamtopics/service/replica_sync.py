@@ -17,6 +17,7 @@ import time
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from .replica_snapshots import SnapshotShipper
 from .replication import Assembler, Replica, Source, UpdateRecord, decode, encode
 
 __all__ = ["ReplicaMode", "ReplicaSync"]
@@ -207,6 +208,21 @@ class ReplicaMode:
         # Records wait here until their batch's predictions are acknowledged: what the log covers
         # has always been predicted, so a partition's next owner may resume where coverage ends.
         self.pending: dict[tuple[str, int], UpdateRecord] = {}
+        self.shipper = SnapshotShipper(cfg, self.replica_id) if cfg.replication.snapshots_topic else None
+
+    def fetch_snapshot(self, store) -> None:
+        """Start-up with an empty snapshot directory: the newest snapshot shipped to Kafka, if any."""
+        if self.shipper is None or store.files():
+            return
+        try:
+            self.shipper.fetch_newest(store.dir)
+        except Exception as exc:  # noqa: BLE001 - the broker away: replay the log from its beginning
+            log.warning("could not fetch a shipped snapshot; replaying the update log from its beginning",
+                        extra={"error": repr(exc)})
+
+    def ship(self, path) -> None:
+        if self.shipper is not None and self.replica is not None:
+            self.shipper.ship(path, self.replica.offset)
 
     def join(self, model, ledger) -> None:
         """The model at its snapshot's update offset, then the log applied to its end."""

@@ -57,6 +57,9 @@ def ensure_topics(cfg: Config, timeout_s: float = 15.0, created: list[str] | Non
         wanted[t.events] = 1
     if cfg.replication.enabled:
         wanted[cfg.replication.updates_topic] = 1  # the update log: one partition, totally ordered
+        if cfg.replication.snapshots_topic:
+            wanted[cfg.replication.snapshots_topic] = 1
+            wanted[cfg.replication.snapshots_topic + "-manifests"] = 1
     if not reachable(k.bootstrap_servers):
         # A KafkaAdminClient that cannot bootstrap leaves its IO thread behind.
         raise ConnectionError(f"no broker reachable at {k.bootstrap_servers}")
