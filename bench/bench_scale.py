@@ -3,10 +3,11 @@
     python bench/bench_scale.py                 # 20NG train (11,314 docs), shipped config
     python bench/bench_scale.py --docs 4000     # quicker
 
-Each run: a fresh input topic (2 partitions) holds the whole stream before the replicas start
-(daemon subprocesses, ``python -m streamtopics.cli run``, the shipped config with
-``[replication] enabled = true``; one more run with it off: today's single daemon). Throughput =
-documents / (last prediction's ts - first prediction's ts), read from the predictions topic.
+Each run: the replicas (daemon subprocesses, ``python -m streamtopics.cli run``, the shipped
+config with ``[replication] enabled = true``; one more setting with it off: today's single
+daemon) start on a fresh 2-partition input topic and are assigned every partition before the
+stream is produced at once. Throughput = documents / (last prediction's ts - first
+prediction's ts), read from the predictions topic; medians of alternating rounds.
 
 Measured alongside, in this process on the same batches: the compute cost c of one batch
 (``Replica.compute``: local step + record) and the apply cost a of one update record
@@ -33,6 +34,8 @@ import sys
 import tempfile
 import time
 import tomllib
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -62,7 +65,7 @@ def _config(bootstrap: str, topics: dict, updates: str, group: str, snaps: Path,
     d["snapshot"].update(dir=str(snaps))
     d["metrics"].update(port=0, explorer=False)
     d["replication"].update(enabled=enabled, updates_topic=updates, replica_id=rid)
-    d["logging"].update(level="WARNING")
+    d["logging"].update(level="INFO")
     d["model"]["threads"] = THREADS
 
     def val(v):
@@ -91,27 +94,56 @@ def _read(bootstrap: str, topic: str, want: int, timeout_s: float) -> list:
     return out
 
 
+def _metrics_url(log_path: Path) -> str | None:
+    try:
+        for line in log_path.read_text().splitlines():
+            if '"streamtopics daemon starting"' in line:
+                return json.loads(line).get("metrics_url")
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _partitions(url: str) -> list[int]:
+    try:
+        with urllib.request.urlopen(url + "/readyz", timeout=2) as r:
+            return json.loads(r.read()).get("partitions") or []
+    except urllib.error.HTTPError as e:
+        with e:
+            return json.loads(e.read()).get("partitions") or []
+    except (OSError, ValueError):
+        return []
+
+
 def run(broker, values: list[bytes], n_replicas: int, enabled: bool, tmp: Path) -> dict:
-    """Docs/s of ``n_replicas`` daemon processes over the pre-produced stream."""
+    """Docs/s of ``n_replicas`` daemon processes, started and assigned before the stream arrives."""
     tag = uuid.uuid4().hex[:8]
     topics = {"input": f"in-{tag}", "output": f"out-{tag}", "dead_letter": f"dlq-{tag}"}
     updates = f"upd-{tag}"
     create_topics(broker.bootstrap, {topics["input"]: PARTITIONS, topics["output"]: PARTITIONS,
                                      topics["dead_letter"]: 1, updates: 1})
-    p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=20)
-    for i, v in enumerate(values):
-        p.send(topics["input"], v, partition=i % PARTITIONS)
-    p.flush(timeout=120)
-    p.close()
-    procs = []
+    procs, logs = [], []
     for r in range(n_replicas):
         cfg = tmp / f"{tag}-{r}.toml"
         cfg.write_text(_config(broker.bootstrap, topics, updates, f"g-{tag}", tmp / f"snaps-{tag}-{r}", f"r{r}",
                                enabled))
+        logs.append(tmp / f"{tag}-{r}.log")
         procs.append(subprocess.Popen([sys.executable, "-m", "streamtopics.cli", "run", "--config", str(cfg)],
-                                      cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      cwd=ROOT, stdout=open(logs[-1], "wb"), stderr=subprocess.STDOUT,
                                       env=dict(os.environ, PYTHONPATH=str(ROOT))))
     try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # every replica assigned, every partition owned
+            urls = [_metrics_url(p) for p in logs]
+            parts = [_partitions(u) if u else [] for u in urls]
+            if all(parts) and sorted(p for ps in parts for p in ps) == list(range(PARTITIONS)):
+                break
+            time.sleep(0.2)
+        p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=20)
+        for i, v in enumerate(values):
+            p.send(topics["input"], v, partition=i % PARTITIONS)
+        p.flush(timeout=120)
+        p.close()
         preds = _read(broker.bootstrap, topics["output"], len(values), timeout_s=900)
     finally:
         for pr in procs:
@@ -161,6 +193,7 @@ def model_speedup(n: int, c: float, a: float) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of each setting (medians reported)")
     ap.add_argument("--threads", type=int, default=0,
                     help="model.threads of each replica (0 = default: all cores; 1 = one core each, "
                          "as replicas on separate machines)")
@@ -179,9 +212,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d, EmbeddedBroker() as broker:
         tmp = Path(d)
         run(broker, values[:512], 1, True, tmp)  # warm-up: numba caches, broker
-        off = run(broker, values, 1, False, tmp)
-        one = run(broker, values, 1, True, tmp)
-        two = run(broker, values, 2, True, tmp)
+        rounds: dict[tuple, list] = {}
+        for _ in range(args.rounds):  # alternating, so drift in the machine's load hits all alike
+            for n_rep, enabled in ((1, False), (1, True), (2, True)):
+                rounds.setdefault((n_rep, enabled), []).append(run(broker, values, n_rep, enabled, tmp))
+
+        def median(rs):
+            return sorted(rs, key=lambda r: r["docs_per_s"])[len(rs) // 2]
+
+        off, one, two = (median(rounds[k]) for k in ((1, False), (1, True), (2, True)))
+        for key, rs in rounds.items():
+            print(f"  rounds {key[0]} replica(s), log {'on' if key[1] else 'off'}: "
+                  + ", ".join(f"{r['docs_per_s']:,.0f}" for r in rs) + " docs/s")
     s_meas = two["docs_per_s"] / one["docs_per_s"]
     s_model = model_speedup(2, k["compute_s_per_batch"], k["apply_s_per_update"])
     for r in (off, one, two):
