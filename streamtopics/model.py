@@ -178,16 +178,17 @@ class TopicModel:
 
     def prepare_mark(self) -> tuple:
         """A restore point for ``undo_prepare`` (vocabulary and state rows), taken before ``prepare``."""
-        return self.vocab.mark(), self.state.n_words, self.state.version
+        return self.vocab.mark(), self.state.n_words, self.state.version, self.state.mu_totals.copy()
 
     def undo_prepare(self, mark: tuple) -> bool:
         """Undo ``prepare(grow=True)`` calls since ``mark`` when no update ran since (a failed
         step): new words and count updates go. False, changing nothing, when it cannot be undone
         (an update ran, or words were evicted)."""
-        vmark, n_words, version = mark
+        vmark, n_words, version, totals = mark
         if self.state.version != version or not self.vocab.rollback(vmark):
             return False
         self.state.shrink_words(n_words)
+        self.state.mu_totals[:] = totals  # exactly: (x + s) - s need not be x in floating point
         return True
 
     # -- learning ---------------------------------------------------------------------

@@ -224,10 +224,12 @@ class Assembler:
 
 
 def digest(model) -> str:
-    """sha256 over what replicas must agree on: topic-word statistics, vocabulary, alpha, counters."""
+    """sha256 over what replicas must agree on: topic-word statistics and their totals, vocabulary,
+    alpha, counters."""
     h = hashlib.sha256()
     st = model.state
     h.update(np.ascontiguousarray(st.lam()).tobytes())
+    h.update(np.ascontiguousarray(st.lam_totals()).tobytes())
     h.update("\x00".join(model.vocab.words).encode())
     h.update(np.ascontiguousarray(model.vocab.counts).tobytes())
     h.update(np.float64(st.alpha).tobytes())
