@@ -22,6 +22,7 @@ import msgpack
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from .checkpoint import parse_snapshot_name, snapshot_name
+from .session import log_reader_kwargs, log_writer_kwargs
 
 __all__ = ["SnapshotShipper", "manifest_topic"]
 
@@ -61,8 +62,7 @@ class SnapshotShipper:
         self._thread.start()
 
     def _producer(self) -> KafkaProducer:
-        pk = {k: v for k, v in self.cfg.kafka.producer_kwargs().items() if k not in ("linger_ms", "batch_size")}
-        return KafkaProducer(**{**pk, "acks": "all", "max_request_size": self.chunk_bytes + 65536})
+        return KafkaProducer(**log_writer_kwargs(self.cfg.kafka, self.chunk_bytes + 65536))
 
     def _ship(self, fd: int, name: str, update_offset: int) -> None:
         producer = None
@@ -100,12 +100,7 @@ class SnapshotShipper:
 
     def fetch_newest(self, into: Path) -> Path | None:
         """The newest shipped snapshot as a file in ``into`` (None: none usable)."""
-        k = self.cfg.kafka
-        common = {key: v for key, v in k.consumer_kwargs().items()
-                  if key not in ("group_id", "enable_auto_commit", "auto_offset_reset", "max_poll_interval_ms",
-                                 "session_timeout_ms", "heartbeat_interval_ms", "partition_assignment_strategy")}
-        c = KafkaConsumer(**{**common, "group_id": None, "enable_auto_commit": False, "auto_offset_reset": "earliest",
-                             "max_partition_fetch_bytes": self.chunk_bytes + 65536})
+        c = KafkaConsumer(**log_reader_kwargs(self.cfg.kafka, self.chunk_bytes + 65536))
         try:
             manifests = self._read_all(c, TopicPartition(self.manifests, 0))
             found = sorted((msgpack.unpackb(m.value) for m in manifests), key=lambda m: m["update_offset"],

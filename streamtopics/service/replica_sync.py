@@ -19,6 +19,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from .replica_snapshots import SnapshotShipper
 from .replication import Assembler, Replica, Source, UpdateRecord, decode, encode
+from .session import log_reader_kwargs, log_writer_kwargs
 
 __all__ = ["ReplicaMode", "ReplicaSync"]
 
@@ -81,17 +82,10 @@ class ReplicaSync:
         if problem:
             log.error(problem)
         k = self.cfg.kafka
-        common = {key: v for key, v in k.consumer_kwargs().items()
-                  if key not in ("group_id", "enable_auto_commit", "auto_offset_reset", "max_poll_interval_ms",
-                                 "session_timeout_ms", "heartbeat_interval_ms", "partition_assignment_strategy")}
-        self._consumer = KafkaConsumer(**{**common, "group_id": None, "enable_auto_commit": False,
-                                          "auto_offset_reset": "earliest",
-                                          "max_partition_fetch_bytes": max(1048576, 2 * self.rc.max_record_bytes)})
+        self._consumer = KafkaConsumer(**log_reader_kwargs(k, max(1048576, 2 * self.rc.max_record_bytes)))
         self._consumer.assign([self.tp])
         self._consumer.seek(self.tp, self.replica.offset)
-        pk = {key: v for key, v in k.producer_kwargs().items() if key not in ("linger_ms", "batch_size")}
-        self._producer = KafkaProducer(**{**pk, "acks": "all", "linger_ms": 0,
-                                          "max_request_size": max(1048576, self.rc.max_record_bytes + 65536)})
+        self._producer = KafkaProducer(**log_writer_kwargs(k, max(1048576, self.rc.max_record_bytes + 65536)))
 
     # -- the log's end and applying --------------------------------------------------------
 

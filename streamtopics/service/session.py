@@ -22,7 +22,7 @@ from ..config import Config
 from ..stream.consumer import BatchingConsumer
 from ..stream.producer import PublishPipeline, Publisher
 
-__all__ = ["KafkaSession", "ensure_topics", "reachable"]
+__all__ = ["KafkaSession", "ensure_topics", "log_reader_kwargs", "log_writer_kwargs", "reachable"]
 
 log = logging.getLogger("streamtopics.daemon")
 
@@ -91,6 +91,24 @@ def ensure_topics(cfg: Config, timeout_s: float = 15.0, created: list[str] | Non
             log.warning("input topic has another partition count than configured (it existed already)",
                         extra={"topic": name, "partitions": counts[name], "configured": n})
     return counts
+
+
+_GROUP_KEYS = ("group_id", "enable_auto_commit", "auto_offset_reset", "max_poll_interval_ms",
+               "session_timeout_ms", "heartbeat_interval_ms", "partition_assignment_strategy")
+
+
+def log_reader_kwargs(k, fetch_bytes: int) -> dict:
+    """A consumer reading a whole single-partition log it is assigned (the update log, shipped
+    snapshots): the configured connection without group settings, from the earliest offset."""
+    common = {key: v for key, v in k.consumer_kwargs().items() if key not in _GROUP_KEYS}
+    return {**common, "group_id": None, "enable_auto_commit": False, "auto_offset_reset": "earliest",
+            "max_partition_fetch_bytes": fetch_bytes}
+
+
+def log_writer_kwargs(k, max_request_size: int) -> dict:
+    """A producer of large, unbatched records acknowledged by every replica of the partition."""
+    common = {key: v for key, v in k.producer_kwargs().items() if key not in ("linger_ms", "batch_size")}
+    return {**common, "acks": "all", "linger_ms": 0, "max_request_size": max_request_size}
 
 
 class KafkaSession:
