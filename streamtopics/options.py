@@ -24,7 +24,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .engines.alias import ALPHA_PROPOSALS, PROPOSALS, check_tries
+from .engines.alias import ALPHA_PROPOSALS, PROPOSALS, AliasEngine, check_tries
+from .engines.lsparse import LSparseEngine
 from .supervised.classifier import PG_CHOICES
 from .text import SEGMENTATIONS
 from .text import Vocabulary as _VocabularyStore
@@ -123,13 +124,14 @@ class LSparse(_Option):
     ``active_eps`` leave the active set; ``restarts`` tries ``restart_trials`` other starts of
     ``restart_iters`` iterations on hard documents and keeps the best."""
 
-    sparsity: int = 8
-    max_iter: int = 100
-    tol: float = 0.05
-    active_eps: float = 0.01
+    # the engine's own defaults: one home for each value
+    sparsity: int = LSparseEngine.sparsity
+    max_iter: int = LSparseEngine.max_iter
+    tol: float = LSparseEngine.tol
+    active_eps: float = LSparseEngine.active_eps
     restarts: bool = True
-    restart_trials: int = 2
-    restart_iters: int = 2
+    restart_trials: int = LSparseEngine.restart_trials
+    restart_iters: int = LSparseEngine.restart_iters
 
     kind: ClassVar[str] = "lsparse"
 
@@ -152,13 +154,14 @@ class AliasMH(_Option):
     ``tries`` candidates per MH step: an int for both kinds or a (word, doc) pair; None: (2, 1)
     for K >= 256, else (1, 1)."""
 
-    burn_in: int = 4
-    sample_sweeps: int = 4
-    mh_steps: int = 2
-    proposal: str = "cycle"
-    table_draws: int | None = None
-    alpha_proposal: str = "word"
-    tries: int | tuple | None = None
+    # the engine's own defaults: one home for each value
+    burn_in: int = AliasEngine.burn_in
+    sample_sweeps: int = AliasEngine.sample_sweeps
+    mh_steps: int = AliasEngine.mh_steps
+    proposal: str = AliasEngine.proposal
+    table_draws: int | None = AliasEngine.table_draws
+    alpha_proposal: str = AliasEngine.alpha_proposal
+    tries: int | tuple | None = AliasEngine.tries
 
     kind: ClassVar[str] = "alias"
 
