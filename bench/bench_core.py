@@ -35,6 +35,8 @@ from streamtopics.corpora import load_20newsgroups
 from streamtopics.evaluate import completion_loglik, split_completion
 from streamtopics.text import Tokenizer, Vocabulary
 
+from corpora_prep import align_topics  # noqa: E402 - bench/ is the script directory
+
 BATCH = 256
 ALPHA = 0.1
 BETA = 0.01
@@ -61,12 +63,7 @@ class Corpus:
 
     def align(self, model: TopicModel) -> np.ndarray:
         """streamtopics' topic-word matrix with columns in this corpus' vocabulary order."""
-        tw = model.topic_word()
-        cols = model.vocab.ids(self.vocab.words)
-        out = np.full((tw.shape[0], len(self.vocab)), 1e-12)
-        ok = cols >= 0
-        out[:, ok] = tw[:, cols[ok]]
-        return out / out.sum(axis=1, keepdims=True)
+        return align_topics(model, self.vocab)
 
     def rows(self, lo: int, hi: int):
         import scipy.sparse as sp

@@ -107,6 +107,17 @@ SETTINGS = {
 }
 
 
+
+def align_topics(model, vocab: Vocabulary) -> np.ndarray:
+    """A TopicModel's topic-word matrix with columns in ``vocab``'s order (words the model does
+    not know get 1e-12 before renormalising), for scoring it on a peer's shared tokens."""
+    tw = model.topic_word()
+    cols = model.vocab.ids(vocab.words)
+    out = np.full((tw.shape[0], len(vocab)), 1e-12)
+    ok = cols >= 0
+    out[:, ok] = tw[:, cols[ok]]
+    return out / out.sum(axis=1, keepdims=True)
+
 class Setting:
     """A setting's train tokens, one shared vocabulary for the peers, and the fixed completion split;
     every contender is scored by ``score`` (document completion, each model's own alpha)."""
@@ -128,12 +139,7 @@ class Setting:
 
     def align(self, model) -> np.ndarray:
         """A TopicModel's topic-word matrix with columns in this setting's vocabulary order."""
-        tw = model.topic_word()
-        cols = model.vocab.ids(self.vocab.words)
-        out = np.full((tw.shape[0], len(self.vocab)), 1e-12)
-        ok = cols >= 0
-        out[:, ok] = tw[:, cols[ok]]
-        return out / out.sum(axis=1, keepdims=True)
+        return align_topics(model, self.vocab)
 
     def bows(self):
         b = self.batch
