@@ -162,7 +162,12 @@ class Vocabulary:
         ``evicted`` lists ids whose old word was evicted and which now belong to a new
         word (the caller must reset their statistics to the prior).
         """
-        ids = self.ids(words)
+        return self.add_rows(self.ids(words), words, counts)
+
+    def add_rows(self, ids: np.ndarray, words, counts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``add_batch`` for rows whose ids were looked up already: ``ids`` holds -1 where the
+        word is not in the vocabulary (filled in place), and ``words[p]`` is read only for those
+        rows (a sequence, or a mapping from row to word)."""
         new_pos = np.flatnonzero(ids < 0)
         evicted = np.empty(0, dtype=np.int64)
         if new_pos.size:

@@ -331,10 +331,13 @@ class Replica:
         """The record's summary over this model's word ids (new words join the vocabulary in row
         order; rows the vocabulary refuses are dropped, alike on every replica)."""
         model = self.model
-        words = model.vocab.words
-        it = iter(rec.new_words)
-        row_words = [words[i] if i >= 0 else next(it) for i in rec.known.tolist()]
-        ids, evicted = model.vocab.add_batch(row_words, rec.totals)
+        # Known rows keep their ids (no second lookup of ~all the batch's words); new words are
+        # looked up (an earlier record may have added them since ``base``), the rest appended.
+        ids = rec.known.copy()
+        new_rows = np.flatnonzero(ids < 0)
+        if new_rows.size:
+            ids[new_rows] = model.vocab.ids(rec.new_words)
+        ids, evicted = model.vocab.add_rows(ids, dict(zip(new_rows.tolist(), rec.new_words)), rec.totals)
         if evicted.size:
             model.state.reset_words(evicted)
             model.updater.forget_words(evicted)
