@@ -746,6 +746,9 @@ def check_daemon_config(cfg: Config) -> list[str]:
     if cfg.model.engine not in ENGINES:
         errs.append(f'config error: model.engine = "{cfg.model.engine}" is not available in this version '
                     f"(allowed: {', '.join(ENGINES)})")
+    if cfg.replication.enabled and cfg.model.vocab_policy == "evict":
+        errs.append('config error: replication.enabled = true needs model.vocab_policy = "ignore" (an evicted '
+                    "word's id is reused, so ids in the update log would name other words)")
     if cfg.replication.enabled and (cfg.model.engine != "lsparse" or cfg.model.supervision != "none"):
         errs.append("config error: replication.enabled = true needs model.engine = \"lsparse\" and no supervision "
                     "in this version (the update record carries no sampler or classifier statistics yet)")

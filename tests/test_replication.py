@@ -130,5 +130,7 @@ def test_unsupported_models_are_refused_with_the_reason():
         Replica(TopicModel(n_topics=4, supervision="hinge"))
     with pytest.raises(ValueError, match="engine 'alias'"):
         Replica(TopicModel(n_topics=4, engine="alias"))
+    with pytest.raises(ValueError, match="evict"):
+        Replica(TopicModel(n_topics=4, vocab_cap=100, vocab_policy="evict"))
     with pytest.raises(ValueError, match="not an update record"):
         decode(b"\x81\xa1x\x01")

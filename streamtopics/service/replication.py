@@ -97,6 +97,9 @@ def check_replicable(model) -> list[str]:
     errs = []
     if model.engine != "lsparse":
         errs.append(f"replicas: engine {model.engine!r} is not supported yet (the variational engine is)")
+    if model.vocab.policy == "evict":
+        errs.append("replicas: vocab_policy 'evict' is not supported (an evicted id is reused by another word, "
+                    "so the ids a record was computed with would name other words when it is applied); use 'ignore'")
     if model.supervision is not None:
         errs.append("replicas: supervised models are not supported yet (the classifier's statistics "
                     "are not in the update record)")
