@@ -252,8 +252,8 @@ class Daemon:
     def sync(self):
         return self.replicas.sync if self.replicas is not None else None
 
-    def _compute_replicated(self, tokens: list):
-        return self.replicas.compute(tokens, self.book.in_batch, self.book.ledger)
+    def _compute_replicated(self, tokens: list, labels: list | None):
+        return self.replicas.compute(tokens, self.book.in_batch, self.book.ledger, labels)
 
     def _adopt(self, model: TopicModel, ledger, path: Path) -> None:
         model.set_threads(self.cfg.model.threads or None)  # how to run is this host's choice, not the snapshot's

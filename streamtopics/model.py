@@ -212,7 +212,7 @@ class TopicModel:
             self.initialize(batch)
         sup_step = learn and labels is not None and batch.n_docs > 0
         label_names = self.label_names
-        result, pre, scores, predicted = self._local_steps(batch, labels if sup_step else None, learn)
+        result, pre, scores, predicted = self.local_steps(batch, labels if sup_step else None, learn)
         t1 = time.perf_counter()
         info: dict = {}
         if learn and batch.n_docs > 0:
@@ -247,24 +247,26 @@ class TopicModel:
             raise ValueError(f"{len(labels)} labels for {batch.n_docs} documents")
         return None if all(is_missing(t) for t in labels) else labels
 
-    def _local_steps(self, batch: Batch, labels, learn: bool):
-        """(learning result, label-free result, scores, predictions) of the local step(s)."""
-        head = self.head
+    def local_steps(self, batch: Batch, labels=None, learn: bool = True, head: SupervisedHead | None = None):
+        """(learning result, label-free result, scores, predictions) of the local step(s) against
+        the topics as they are. Only ``head`` changes (default the model's classifier: it calibrates
+        its constants and learns new labels here; a replica computing a record passes a fork)."""
+        head = self.head if head is None else head
         if labels is not None and self.options.supervision.local:
             # prequential: the label-free local step gives the predictions and the returned theta
             pre = self.local_step.infer(self.state, batch, summarize=False)
-            scores, predicted = self._predict_from(pre.doc_topic)
+            scores, predicted = predict_from(head, pre.doc_topic)
             targets = head.encode_targets(labels, grow=True)
             head.calibrate(doc_lengths(batch), targets)  # self-scaling constants see this batch first
             result = self.local_step.infer(self.state, batch, summarize=True, head=head, targets=targets)
         elif labels is not None:
             # local=False: the label-free step is both the prediction and the learning step
             result = pre = self.local_step.infer(self.state, batch, summarize=True)
-            scores, predicted = self._predict_from(pre.doc_topic)
+            scores, predicted = predict_from(head, pre.doc_topic)
             head.calibrate(doc_lengths(batch), head.encode_targets(labels, grow=True))
         else:
             result = pre = self.local_step.infer(self.state, batch, summarize=learn)
-            scores, predicted = self._predict_from(pre.doc_topic)
+            scores, predicted = predict_from(head, pre.doc_topic)
         return result, pre, scores, predicted
 
     def learn(self, summary: Summary, objective: float | None, doc_topic: np.ndarray, n_docs: int, n_tokens: int,
@@ -379,14 +381,6 @@ class TopicModel:
             return []
         return list(self.head.labels.labels)
 
-    def _predict_from(self, doc_topic: np.ndarray):
-        """(scores, predictions) of the classifier on expected topic counts; (None, None) when untrained."""
-        head = self.head
-        if head is None or head.n_updates == 0 or head.n_labels == 0:
-            return None, None
-        Z = normalise_rows(doc_topic)
-        return head.scores(Z), head.predict(Z)
-
     def zbar_docs(self, docs: Sequence) -> np.ndarray:
         """Topic proportions of new documents from the unsupervised local step (the classifier's features)."""
         return self.infer_counts(self.prepare(self.tokenize(docs), grow=False), normalise_rows)
@@ -452,6 +446,14 @@ class TopicModel:
     @classmethod
     def from_snapshot_parts(cls, header: dict, arrays: dict) -> "TopicModel":
         return model_io.restore_model(cls, header, arrays)
+
+
+def predict_from(head: SupervisedHead | None, doc_topic: np.ndarray):
+    """(scores, predictions) of a classifier on expected topic counts; (None, None) when untrained."""
+    if head is None or head.n_updates == 0 or head.n_labels == 0:
+        return None, None
+    Z = normalise_rows(doc_topic)
+    return head.scores(Z), head.predict(Z)
 
 
 def _step_stats(batch: Batch, result, info: dict, times: tuple) -> dict:

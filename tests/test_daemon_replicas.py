@@ -104,3 +104,46 @@ def test_a_replica_with_no_disk_of_its_own_starts_from_a_snapshot_shipped_throug
             started_from = b.model.snapshot_info["extra"]["daemon"]
             assert started_from["replica_id"] == "a" and 0 < started_from["update_offset"] <= shipped_at
             assert b.replica.applied < shipped_at  # it replayed only the log after the shipped snapshot
+
+
+def test_supervised_replicas_share_one_classifier(broker, fresh_topic, tmp_path):
+    """supervision = "hinge": the classifier's statistics travel in the update records, so both
+    replicas end with one model and one classifier (same labels, same eta, bit for bit), and
+    every prediction names a label from it."""
+    from kafka import KafkaProducer
+
+    from streamtopics.corpora import load_reuters_r8
+
+    topics = _topics(fresh_topic)
+    updates = fresh_topic(prefix="upd")
+    corpus = load_reuters_r8("train")  # sorted by label: a fixed shuffle
+    n = 1200
+    docs = [{"id": d.id, "text": d.text, "label": d.label}
+            for d in (corpus[i] for i in np.random.default_rng(1).permutation(len(corpus))[:n])]
+    rep = {"enabled": True, "updates_topic": updates, "max_staleness": 2}
+    kafka = {"group_id": f"g-sup-{updates}"}
+    model = {"supervision": "hinge"}
+    prod = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    for i, x in enumerate(docs):
+        prod.send(topics["input"], msgpack.packb(x), partition=i % 2)
+    prod.flush(timeout=30)
+    prod.close(timeout=5)
+    cfg = [_cfg(broker.bootstrap, topics, tmp_path / r, replication={**rep, "replica_id": r}, kafka=kafka,
+                model=model) for r in "ab"]
+    with _running(cfg[0]) as a, _running(cfg[1]) as b:
+        _wait(lambda: _learned(a) >= n and _learned(b) >= n, 120, "all documents learned")
+        _wait(lambda: a.replica.offset == b.replica.offset == a.sync.end_offset(), 30, "both at the log's end")
+        time.sleep(0.5)
+        assert digest(a.model) == digest(b.model)  # topics, vocabulary and the whole classifier
+        assert a.model.head.docs_seen == b.model.head.docs_seen == n
+        assert sorted(a.model.label_names) == sorted({d["label"] for d in docs})
+        assert a.sync.published > 0 and b.sync.published > 0
+    preds = [msgpack.unpackb(r.value) for r in _read_all(broker.bootstrap, topics["output"], want=n, timeout_s=30)]
+    assert {p["id"] for p in preds} == {d["id"] for d in docs}
+    labelled = [p for p in preds if "label" in p]
+    assert {p["replica"] for p in labelled} == {"a", "b"}
+    truth = {d["id"]: d["label"] for d in docs}
+    late = [p for p in labelled if p["model_version"] >= 4]
+    # prequential accuracy of the shared classifier, after its first few updates
+    assert late and np.mean([p["label"] == truth[p["id"]] for p in late]) > 0.5
+    assert all(set(p["scores"]) <= set(truth.values()) for p in labelled)

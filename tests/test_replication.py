@@ -26,6 +26,17 @@ def corpus():
     return tokens[:1280], tokens[1280:1500]
 
 
+@pytest.fixture(scope="module")
+def labelled():
+    """R8 token lists with their labels: (train tokens, train labels, test tokens, test labels)."""
+    tok = TopicModel(n_topics=K).tokenizer
+    docs = load_reuters_r8("train")  # sorted by label: take a fixed shuffle
+    docs = [docs[i] for i in np.random.default_rng(0).permutation(len(docs))[:1500]]
+    pairs = [(t, d.label) for t, d in ((tok(d.text), d) for d in docs) if t]
+    tokens, labels = [p[0] for p in pairs], [p[1] for p in pairs]
+    return tokens[:1280], labels[:1280], tokens[1280:], labels[1280:]
+
+
 def _model(**kw):
     return TopicModel(n_topics=K, seed=3, threads=1, **kw)
 
@@ -41,13 +52,14 @@ def _batches(tokens, partitions=2):
     return out
 
 
-def _run(replicas, batches, lag=1):
+def _run(replicas, batches, lag=1, labels=None):
     """Replica i computes every len(replicas)-th batch against its model as it is; the log is
-    applied by every replica ``lag`` records behind its end (so computations are stale)."""
+    applied by every replica ``lag`` records behind its end (so computations are stale).
+    ``labels``: one target list per batch (supervised models)."""
     log = []
     for j, (src, toks) in enumerate(batches):
         r = replicas[j % len(replicas)]
-        rec, _ = r.compute(toks, src)
+        rec, _ = r.compute(toks, src, None if labels is None else labels[j])
         log.append(encode(rec, max_bytes=40_000))  # small parts: splitting is exercised
         for rep in replicas:
             _apply_upto(rep, log, len(log) - lag)
@@ -106,7 +118,8 @@ def test_computing_leaves_the_model_unchanged(corpus):
     r = Replica(_model())
     _apply_upto(r, [encode(r.compute(train[:B], Source("docs", 0, 0, B))[0])], 1)
     before = (digest(r.model), len(r.model.vocab))
-    rec, theta = r.compute(train[B:2 * B] + [["zzzunseenword", "another_new_one"]], Source("docs", 0, B, 2 * B + 1))
+    rec, out = r.compute(train[B:2 * B] + [["zzzunseenword", "another_new_one"]], Source("docs", 0, B, 2 * B + 1))
+    theta = out.theta
     assert (digest(r.model), len(r.model.vocab)) == before
     assert theta.shape == (B + 1, K) and np.allclose(theta.sum(axis=1), 1.0)
     assert "zzzunseenword" in rec.new_words and (rec.known < 0).sum() == len(rec.new_words)
@@ -126,11 +139,72 @@ def test_replicated_learning_scores_like_one_model(corpus):
 
 
 def test_unsupported_models_are_refused_with_the_reason():
-    with pytest.raises(ValueError, match="supervised"):
-        Replica(TopicModel(n_topics=4, supervision="hinge"))
     with pytest.raises(ValueError, match="engine 'alias'"):
         Replica(TopicModel(n_topics=4, engine="alias"))
     with pytest.raises(ValueError, match="evict"):
         Replica(TopicModel(n_topics=4, vocab_cap=100, vocab_policy="evict"))
     with pytest.raises(ValueError, match="not an update record"):
         decode(b"\x81\xa1x\x01")
+
+
+def _labelled_batches(tokens, labels, partitions=2, unlabelled_every=5):
+    """_batches with each batch's targets; every ``unlabelled_every``-th document has none."""
+    batches = _batches(tokens, partitions)
+    targets = [None if i % unlabelled_every == 0 else y for i, y in enumerate(labels)]
+    return batches, [targets[j * B:(j + 1) * B] for j in range(len(batches))]
+
+
+@pytest.mark.parametrize("supervision,update", [("hinge", "stochastic"), ("logistic", "memoized"),
+                                                 ("hinge", "memoized")])
+def test_supervised_replicas_hold_bit_identical_models_and_classifiers(labelled, supervision, update):
+    """The classifier travels in the record: replicas computing stale batches, new labels first
+    seen by different replicas, a late replica replaying the log: one digest (topics,
+    vocabulary, and the head's whole state: labels in log order, eta and its draws, statistics)."""
+    train, y, _, _ = labelled
+    batches, targets = _labelled_batches(train, y)
+    replicas = [Replica(_model(update=update, supervision=supervision)) for _ in range(3)]
+    log = _run(replicas, batches, lag=2, labels=targets)
+    digests = {digest(r.model) for r in replicas}
+    assert len(digests) == 1
+    late = Replica(_model(update=update, supervision=supervision))
+    _apply_upto(late, log, len(log))
+    assert digest(late.model) == digests.pop()
+    head = late.model.head
+    assert head.n_updates == len(log) and sorted(head.labels) == sorted(set(y))
+    assert head.docs_seen == sum(t is not None for ts in targets for t in ts)
+
+
+def test_supervised_replicas_predict_like_one_model(labelled):
+    """Accuracy of two replicas (stale computations, log order) against one model on the same
+    batches: the classifier learns the same documents once each."""
+    train, y, test, y_test = labelled
+    batches, targets = _labelled_batches(train, y, unlabelled_every=10 ** 9)
+    one = _model(supervision="hinge")
+    for (_, toks), ts in zip(batches, targets):
+        one.process(one.prepare(toks), learn=True, labels=ts)
+    replicas = [Replica(_model(supervision="hinge")) for _ in range(2)]
+    _run(replicas, batches, lag=1, labels=targets)
+
+    def accuracy(model):
+        return float(np.mean([p == t for p, t in zip(model.predict(test), y_test)]))
+
+    single, replicated = accuracy(one), accuracy(replicas[0].model)
+    assert single > 0.6 and replicated >= single - 0.05, (replicated, single)
+
+
+def test_computing_a_supervised_batch_leaves_the_classifier_unchanged(labelled):
+    train, y, _, _ = labelled
+    r = Replica(_model(supervision="logistic"))
+    _apply_upto(r, [encode(r.compute(train[:B], Source("docs", 0, 0, B), y[:B])[0])], 1)
+    before = (digest(r.model), list(r.model.label_names), r.model.head.scale_stats.n_docs)
+    labels = y[B:2 * B - 1] + ["a-label-nobody-has-seen"]
+    rec, out = r.compute(train[B:2 * B], Source("docs", 0, B, 2 * B), labels)
+    assert (digest(r.model), list(r.model.label_names), r.model.head.scale_stats.n_docs) == before
+    # predictions come from the classifier at the record's base, over its labels then
+    assert out.label_names == before[1] and out.scores.shape == (B, len(before[1])) and len(out.predicted) == B
+    assert rec.targets == labels and rec.doc_len.shape == (B,)
+    whole, part, parts = decode(encode(rec)[0])
+    assert (part, parts) == (0, 1) and whole.targets == labels and np.array_equal(whole.doc_len, rec.doc_len)
+    # applied, the new label is learned, with the same id on every replica
+    r.apply(whole, 1)
+    assert r.model.label_names[-1] == "a-label-nobody-has-seen"

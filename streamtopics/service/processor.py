@@ -97,6 +97,7 @@ class StepResult:
     empty: list[int] = field(default_factory=list)  # positions left without tokens
     theta: np.ndarray | None = None                 # topic mixtures of ``keep``
     n_tokens: int = 0
+    label_names: list | None = None                 # a replica's score columns (None: the batch's)
     sup: tuple | None = None                        # (scores, predictions) of ``keep``; None: none yet
     batch: Any = None                               # the prepared Batch (for the topic monitor)
     stats: dict = field(default_factory=dict)       # the local step's diagnostics
@@ -142,9 +143,10 @@ class BatchProcessor:
 
     def __init__(self, supervision: str, *, point: Callable[[str], None] = _none,
                  gil_free: Callable[[bool], None] = _none, prefetch: Callable[[], None] = _none,
-                 compute: Callable[[list], Any] | None = None) -> None:
+                 compute: Callable[[list, list | None], Any] | None = None) -> None:
         self.supervision = supervision
-        # replicas (service/replica_sync.py): tokens -> theta; the model learns from the update log
+        # replicas (service/replica_sync.py): (tokens, labels) -> replication.Computed; the model
+        # learns from the update log
         self._compute = compute
         self._point = point
         self._gil_free = gil_free
@@ -172,6 +174,8 @@ class BatchProcessor:
                            list(model.label_names or []) if targets is not None else [], targets, stages)
         try:
             out.step = self.step(model, texts, list(range(len(docs))), batch_key, stages, targets, pre)
+            if out.step.label_names is not None:  # a replica: the columns of the model that predicted
+                out.label_names = out.step.label_names
         except Exception as exc:  # noqa: BLE001 - any failure of the model on this input
             out.error = exc
             out.step = self.narrow_failure(model, out, batch_key, exc)
@@ -211,8 +215,10 @@ class BatchProcessor:
             self._prefetch()
             self._point("learn")
             t0 = time.perf_counter()
-            res.theta = self._compute(kept)
+            got = self._compute(kept, None if targets is None else [targets[i] for i in res.keep])
             self._gil_free(False)
+            res.theta, res.label_names = got.theta, got.label_names
+            res.sup = None if got.predicted is None else (got.scores, got.predicted)
             stages["predict"] = time.perf_counter() - t0
             res.n_tokens = sum(map(len, kept))
             return res

@@ -18,7 +18,7 @@ import time
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from .replica_snapshots import SnapshotShipper
-from .replication import Assembler, Replica, Source, UpdateRecord, decode, encode
+from .replication import Assembler, Computed, Replica, Source, UpdateRecord, decode, encode
 from .session import log_reader_kwargs, log_writer_kwargs
 
 __all__ = ["ReplicaMode", "ReplicaSync"]
@@ -230,24 +230,25 @@ class ReplicaMode:
             "replica": self.replica_id, "from_offset": offset, "applied": n, "update_offset": self.replica.offset})
         self.checkpoints.dirty = self.checkpoints.dirty or n > 0
 
-    def compute(self, tokens: list, span, ledger):
+    def compute(self, tokens: list, span, ledger, labels: list | None = None) -> Computed:
         """The batch's update record to the log (the model learns it when the log is applied),
-        and its theta from the same local step. ``span``: the batch's source offsets."""
+        and its predictions from the same local step. ``span``: the batch's source offsets;
+        ``labels``: its documents' targets (supervised models)."""
         self.sync.bounded()
         model = self.replica.model
         self.predicted_at = self.replica.offset
         if not span.key:  # its log was found reset meanwhile: predict only
-            return model.process(model.prepare(tokens, grow=False), learn=False).theta
+            return _predicted(model.process(model.prepare(tokens, grow=False), learn=False))
         topic, _, partition = span.key.rpartition(":")
         source = Source(topic, int(partition), span.first, span.next, ledger.epoch(span.key))
-        rec, theta = self.replica.compute(tokens, source)
-        if theta is None:
+        rec, out = self.replica.compute(tokens, source, labels)
+        if out is None:
             # No topics yet: predict with a scratch copy that applies this record as the log will.
             scratch = Replica(copy.deepcopy(model), offset=self.replica.offset)
             scratch.apply(rec, self.replica.offset)
-            theta = scratch.model.process(scratch.model.prepare(tokens, grow=False), learn=False).theta
+            out = _predicted(scratch.model.process(scratch.model.prepare(tokens, grow=False), learn=False))
         self.pending[(span.key, span.first)] = rec
-        return theta
+        return out
 
     def acked(self, meta) -> None:
         """A batch's predictions are acknowledged: its update record goes to the log."""
@@ -289,3 +290,8 @@ class ReplicaMode:
     def close(self) -> None:
         if self.sync is not None:
             self.sync.close()
+
+
+def _predicted(res) -> Computed:
+    """A model's ``BatchResult`` as a replica's prediction."""
+    return Computed(res.theta, res.scores, res.predicted, list(res.label_names or []))

@@ -9,7 +9,11 @@ record names them as strings. Every replica then *applies* every record in log o
 included: the source range is checked against the replicated ledger (a range learned already
 is skipped, on every replica alike), new words join the vocabulary in record order
 (``Vocabulary.add_batch``, so ids are a function of the log prefix), and ``TopicModel.learn``
-runs the global update. A record computed against a model with no topics yet carries the
+runs the global update. A supervised model's record also carries the batch's targets, its
+documents' lengths and the classifier's features (the label-free document-topic counts, or the
+supervised step's under ``features="supervised"``): applying it calibrates and updates the
+classifier exactly as ``TopicModel.process`` does, its draws seeded by the head's own call
+counter, itself a function of the log prefix. A record computed against a model with no topics yet carries the
 batch's tokens instead (``kind="batch"``): applying it seeds the topics and runs the whole
 step, with the model's generator seeded from the record's log offset. Hence replicas that
 applied the same log prefix hold bit-identical models (``digest``).
@@ -18,25 +22,32 @@ Wire format: msgpack maps with raw little-endian array buffers (never pickle); a
 ``max_bytes`` is split by summary rows into parts that share ``rid`` (``encode``), which
 ``Assembler`` puts back together.
 
-Scope of this version: the variational engine, stochastic and memoized updates, unsupervised
-models (``check_replicable`` says why anything else is refused).
+Scope of this version: the variational engine, stochastic and memoized updates, with or
+without supervision (``check_replicable`` says why anything else is refused).
 """
 from __future__ import annotations
 
 import hashlib
 import uuid
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import msgpack
 import numpy as np
 
+from ..batch_ops import doc_lengths, normalise_rows
 from ..summary import Summary
+from ..supervised.classifier import is_missing
+from ..supervised.head_io import fork_head
 from .ledger import OffsetLedger
 
-__all__ = ["Assembler", "Source", "UpdateRecord", "Replica", "check_replicable", "decode", "encode", "digest"]
+__all__ = ["Assembler", "Computed", "Source", "UpdateRecord", "Replica", "check_replicable", "decode", "encode",
+           "digest"]
 
 MAX_RECORD_BYTES = 900_000  # below the broker's default message limit (1 MiB) with room for headers
-_ARRAYS = ("known", "indptr", "topics", "values", "totals", "doc_ptr", "doc_topics", "doc_values")
+_ARRAYS = ("known", "indptr", "topics", "values", "totals", "doc_ptr", "doc_topics", "doc_values",
+           "doc_len", "sup_ptr", "sup_topics", "sup_values")
+_DOC_ARRAYS = ("doc_ptr", "doc_topics", "doc_values", "doc_len", "sup_ptr", "sup_topics", "sup_values")
 
 
 @dataclass(frozen=True)
@@ -84,12 +95,35 @@ class UpdateRecord:
     doc_ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     doc_topics: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
     doc_values: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
+    # supervised models: targets per document (None: unlabelled), the documents' token counts
+    # (the classifier's self-scaling constants), the supervised step's document-topic counts
+    # (only under features="supervised": the classifier learns from them instead of doc_*)
+    targets: list | None = None
+    doc_len: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
+    sup_ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    sup_topics: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    sup_values: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
     tokens: list | None = None
     rid: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
     def n_rows(self) -> int:
         return int(self.indptr.size - 1)
+
+    def doc_fields(self) -> dict:
+        """The per-document part (it travels whole, with the first part of a split record)."""
+        return {name: getattr(self, name) for name in _DOC_ARRAYS} | {"tokens": self.tokens, "targets": self.targets}
+
+
+class Computed(NamedTuple):
+    """What a replica's computation predicts for a batch (prequential: the model at ``base``):
+    topic mixtures, classifier scores and predictions (None before the classifier learned),
+    and the labels the score columns are over."""
+
+    theta: np.ndarray
+    scores: np.ndarray | None = None
+    predicted: list | None = None
+    label_names: list = []
 
 
 def check_replicable(model) -> list[str]:
@@ -100,9 +134,6 @@ def check_replicable(model) -> list[str]:
     if model.vocab.policy == "evict":
         errs.append("replicas: vocab_policy 'evict' is not supported (an evicted id is reused by another word, "
                     "so the ids a record was computed with would name other words when it is applied); use 'ignore'")
-    if model.supervision is not None:
-        errs.append("replicas: supervised models are not supported yet (the classifier's statistics "
-                    "are not in the update record)")
     return errs
 
 
@@ -113,14 +144,15 @@ def check_replicable(model) -> list[str]:
 # every replica applies the same rounded values, so replicas stay bit-identical; against one
 # daemon the rounding is ~1e-7 relative. Topic ids travel as int16 while K < 32768.
 _CANONICAL = {"known": np.int64, "indptr": np.int64, "topics": np.int32, "values": np.float64,
-              "totals": np.float64, "doc_ptr": np.int64, "doc_topics": np.int32, "doc_values": np.float64}
+              "totals": np.float64, "doc_ptr": np.int64, "doc_topics": np.int32, "doc_values": np.float64,
+              "doc_len": np.float64, "sup_ptr": np.int64, "sup_topics": np.int32, "sup_values": np.float64}
 _WIRE_DTYPES = ("<i2", "<i4", "<i8", "<f4", "<f8")
 
 
 def _wire_dtype(name: str, a: np.ndarray) -> str:
-    if name in ("values", "totals", "doc_values"):
+    if name in ("values", "totals", "doc_values", "sup_values"):
         return "<f4"
-    if name in ("topics", "doc_topics"):
+    if name in ("topics", "doc_topics", "sup_topics"):
         return "<i2" if a.size == 0 or int(a.max()) < 32768 else "<i4"
     return "<i4" if a.size == 0 or (int(a.max()) < 2 ** 31 and int(a.min()) >= -2 ** 31) else "<i8"
 
@@ -142,27 +174,24 @@ def _to_map(rec: UpdateRecord, part: int, parts: int) -> dict:
     m = {"v": 1, "rid": rec.rid, "part": part, "parts": parts, "base": rec.base, "kind": rec.kind,
          "source": [src.topic, src.partition, src.first, src.next, src.epoch],
          "n_docs": rec.n_docs, "n_tokens": rec.n_tokens, "objective": rec.objective,
-         "entropy": rec.entropy, "alloc": rec.alloc, "new_words": rec.new_words, "tokens": rec.tokens}
+         "entropy": rec.entropy, "alloc": rec.alloc, "new_words": rec.new_words, "tokens": rec.tokens,
+         "targets": rec.targets}
     for name in _ARRAYS:
         m[name] = _pack_array(name, getattr(rec, name))
     return m
 
 
 def _row_slice(rec: UpdateRecord, lo: int, hi: int) -> UpdateRecord:
-    """Rows ``lo:hi`` of the summary (the document counts go with part 0)."""
+    """Rows ``lo:hi`` of the summary (the per-document part goes with part 0)."""
     a, b = int(rec.indptr[lo]), int(rec.indptr[hi])
     new_before = int(np.count_nonzero(rec.known[:lo] < 0))
     new_in = int(np.count_nonzero(rec.known[lo:hi] < 0))
-    first = lo == 0
+    docs = rec.doc_fields() if lo == 0 else UpdateRecord(rec.source, rec.base).doc_fields()
     return UpdateRecord(
         source=rec.source, base=rec.base, kind=rec.kind, n_docs=rec.n_docs, n_tokens=rec.n_tokens,
         objective=rec.objective, entropy=rec.entropy, alloc=rec.alloc, known=rec.known[lo:hi],
         new_words=rec.new_words[new_before:new_before + new_in], indptr=rec.indptr[lo:hi + 1] - a,
-        topics=rec.topics[a:b], values=rec.values[a:b], totals=rec.totals[lo:hi],
-        doc_ptr=rec.doc_ptr if first else np.zeros(1, np.int64),
-        doc_topics=rec.doc_topics if first else np.empty(0, np.int32),
-        doc_values=rec.doc_values if first else np.empty(0, np.float64),
-        tokens=rec.tokens if first else None, rid=rec.rid)
+        topics=rec.topics[a:b], values=rec.values[a:b], totals=rec.totals[lo:hi], rid=rec.rid, **docs)
 
 
 def encode(rec: UpdateRecord, max_bytes: int = MAX_RECORD_BYTES) -> list[bytes]:
@@ -189,7 +218,8 @@ def decode(raw: bytes) -> tuple[UpdateRecord, int, int]:
             source=Source(str(topic), int(partition), int(first), int(nxt), int(epoch)), base=int(m["base"]),
             kind=str(m["kind"]), n_docs=int(m["n_docs"]), n_tokens=int(m["n_tokens"]), objective=m["objective"],
             entropy=float(m["entropy"]), alloc=float(m["alloc"]), new_words=list(m["new_words"]),
-            tokens=m["tokens"], rid=str(m["rid"]), **{name: _unpack_array(name, m[name]) for name in _ARRAYS})
+            tokens=m["tokens"], targets=m.get("targets"), rid=str(m["rid"]),
+            **{name: _unpack_array(name, m[name]) for name in _ARRAYS if name in m})
         return rec, int(m["part"]), int(m["parts"])
     except (KeyError, TypeError, ValueError, msgpack.exceptions.ExtraData) as exc:
         raise ValueError(f"not an update record: {exc!r}") from None
@@ -219,8 +249,7 @@ class Assembler:
             known=np.concatenate([p.known for p in ps]), new_words=[w for p in ps for w in p.new_words],
             indptr=indptr, topics=np.concatenate([p.topics for p in ps]),
             values=np.concatenate([p.values for p in ps]), totals=np.concatenate([p.totals for p in ps]),
-            doc_ptr=head.doc_ptr, doc_topics=head.doc_topics, doc_values=head.doc_values, tokens=head.tokens,
-            rid=head.rid)
+            rid=head.rid, **head.doc_fields())
 
 
 # --------------------------------------------------------------------------- the state machine
@@ -228,7 +257,7 @@ class Assembler:
 
 def digest(model) -> str:
     """sha256 over what replicas must agree on: topic-word statistics and their totals, vocabulary,
-    alpha, counters."""
+    alpha, counters, and the classifier's whole state (supervised models)."""
     h = hashlib.sha256()
     st = model.state
     h.update(np.ascontiguousarray(st.lam()).tobytes())
@@ -237,6 +266,12 @@ def digest(model) -> str:
     h.update(np.ascontiguousarray(model.vocab.counts).tobytes())
     h.update(np.float64(st.alpha).tobytes())
     h.update(np.array([st.docs_seen, st.tokens_seen, st.n_updates, st.version], dtype=np.float64).tobytes())
+    if model.head is not None:
+        header, arrays = model.head.state()
+        h.update(msgpack.packb(header, use_bin_type=True))
+        for name in sorted(arrays):
+            h.update(name.encode())
+            h.update(np.ascontiguousarray(arrays[name]).tobytes())
     return h.hexdigest()
 
 
@@ -268,40 +303,63 @@ class Replica:
         self.applied = 0
         self.skipped = 0
 
-    def compute(self, tokens: list[list[str]], source: Source):
-        """The update record of a batch (token lists) and its documents' topic mixtures theta
-        from the same local step, against the model as it is (None when the model has no topics
-        yet: predict after the record is applied). The model is left unchanged."""
+    def compute(self, tokens: list[list[str]], source: Source, labels: list | None = None):
+        """(the update record of a batch of token lists, ``Computed``: its documents' predictions
+        from the same local step) against the model as it is; the predictions are None when the
+        model has no topics yet (predict after the record is applied). ``labels``: one target per
+        document (None where unlabelled) for a supervised model. The model is left unchanged:
+        new words are rolled back, and the classifier's changes happen to a fork of it."""
         model = self.model
+        targets = self._targets(tokens, labels)
         if not model.state.initialized:
             n_tokens = sum(len(t) for t in tokens)
-            return UpdateRecord(source=source, base=self.offset, kind="batch", n_docs=len(tokens),
-                                n_tokens=n_tokens, tokens=[list(map(str, t)) for t in tokens]), None
+            return UpdateRecord(source=source, base=self.offset, kind="batch", n_docs=len(tokens), n_tokens=n_tokens,
+                                tokens=[list(map(str, t)) for t in tokens], targets=targets), None
         mark = model.prepare_mark()
         n_known = model.state.n_words
+        label_names = model.label_names
         batch = model.prepare(tokens, grow=True)
         try:
             if batch.evicted.size:
                 raise ValueError("replicas: the vocabulary evicted words while computing (use vocab_policy "
                                  "'ignore' with replicas)")
-            local = model.local_step.infer(model.state, batch, summarize=True)
-            theta = model.theta(local.doc_topic, model.state.alpha)
+            head = None if model.head is None else fork_head(model.head)
+            local, pre, scores, predicted = model.local_steps(batch, targets, learn=True, head=head)
+            out = Computed(model.theta(pre.doc_topic, model.state.alpha), scores, predicted,
+                           label_names if scores is not None else [])
             sm = local.summary
             words = model.vocab.words
             known = np.where(sm.word_ids < n_known, sm.word_ids, -1).astype(np.int64)
             new_words = [words[i] for i in sm.word_ids[known < 0]]
             totals = np.bincount(batch.local, weights=batch.counts, minlength=batch.uniq.size)
-            # the summary's rows are batch.uniq in order (summarize_sparse / summarize_dense)
-            ptr, cols, vals = _sparse_rows(local.doc_topic)
         finally:
             if not model.undo_prepare(mark):
                 raise RuntimeError("replicas: could not roll back the temporary vocabulary of a computed batch")
+        # the summary's rows are batch.uniq in order (summarize_sparse / summarize_dense)
+        ptr, cols, vals = _sparse_rows(pre.doc_topic)
         rec = UpdateRecord(source=source, base=self.offset, n_docs=batch.n_docs, n_tokens=int(batch.n_tokens),
                            objective=float(local.objective), entropy=float(sm.entropy), alloc=float(sm.alloc),
                            known=known, new_words=new_words, indptr=sm.indptr.astype(np.int64),
                            topics=sm.topics.astype(np.int32), values=sm.values.astype(np.float64),
                            totals=totals.astype(np.float64), doc_ptr=ptr, doc_topics=cols, doc_values=vals)
-        return rec, theta
+        if targets is not None:
+            rec.targets, rec.doc_len = targets, doc_lengths(batch).astype(np.float64)
+            if model.options.supervision.features == "supervised" and local is not pre:
+                rec.sup_ptr, rec.sup_topics, rec.sup_values = _sparse_rows(local.doc_topic)
+        return rec, out
+
+    def _targets(self, tokens: list, labels: list | None) -> list | None:
+        """The batch's targets as a record carries them (None: unsupervised, or none labelled)."""
+        if labels is None or self.model.head is None:
+            return None
+        labels = list(labels)
+        if len(labels) != len(tokens):
+            raise ValueError(f"{len(labels)} labels for {len(tokens)} documents")
+        if all(is_missing(t) for t in labels):
+            return None
+        # msgpack-able as they travel: lists for multi-label sets, NaN for a missing response
+        return [sorted(t) if isinstance(t, (set, frozenset)) else list(t) if isinstance(t, tuple) else t
+                for t in labels]
 
     def apply(self, rec: UpdateRecord, offset: int) -> bool:
         """Apply the record read at update-log ``offset`` (in log order). False when its source
@@ -321,14 +379,28 @@ class Replica:
         batch_key = model.memo_key(src.batch_key)
         if rec.kind == "batch":
             model.rng = np.random.default_rng([int(model.seed), int(offset)])
-            model.process(model.prepare(rec.tokens, grow=True), learn=True, batch_key=batch_key)
+            model.process(model.prepare(rec.tokens, grow=True), learn=True, batch_key=batch_key, labels=rec.targets)
         else:
-            model.learn(self._summary(rec), rec.objective, _dense_rows(rec.doc_ptr, rec.doc_topics, rec.doc_values,
-                                                                       model.n_topics),
-                        rec.n_docs, rec.n_tokens, batch_key)
+            doc_topic = _dense_rows(rec.doc_ptr, rec.doc_topics, rec.doc_values, model.n_topics)
+            model.learn(self._summary(rec), rec.objective, doc_topic, rec.n_docs, rec.n_tokens, batch_key)
+            if rec.targets is not None and model.head is not None:
+                self._learn_head(rec, doc_topic, batch_key)
         self.ledger.learned(key, src.first, src.next)
         self.applied += 1
         return True
+
+    def _learn_head(self, rec: UpdateRecord, doc_topic: np.ndarray, batch_key) -> None:
+        """The classifier learns the record's labelled documents as ``TopicModel.process`` has it
+        learn a batch: calibrate on the lengths, then update on the features."""
+        head = self.model.head
+        if len(rec.targets) != rec.n_docs or rec.doc_len.size != rec.n_docs:
+            raise ValueError(f"update record: {len(rec.targets)} targets and {rec.doc_len.size} lengths for "
+                             f"{rec.n_docs} documents")
+        head.calibrate(rec.doc_len, head.encode_targets(rec.targets, grow=True))
+        feats = doc_topic
+        if rec.sup_ptr.size > 1:
+            feats = _dense_rows(rec.sup_ptr, rec.sup_topics, rec.sup_values, self.model.n_topics)
+        head.update(normalise_rows(feats), rec.targets, batch_key=batch_key)
 
     def _summary(self, rec: UpdateRecord) -> Summary:
         """The record's summary over this model's word ids (new words join the vocabulary in row

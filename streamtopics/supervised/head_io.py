@@ -1,6 +1,8 @@
 """The supervised head as snapshot parts (msgpack header + numpy arrays) and back; never pickle."""
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from .labels import LabelVocabulary
@@ -52,3 +54,15 @@ def restore_head(cls, header: dict, arrays: dict):
         head.refresh_auto()
     head.memo.restore(header["memo"], arrays)
     return head
+
+
+def fork_head(head):
+    """A copy of ``head`` that a local step may change (it calibrates the self-scaling constants
+    and learns new labels) while ``head`` stays as it is: what those steps write in place (the
+    label vocabulary, the scale statistics, ``eta_sq_mean`` while untrained) is copied; the other
+    arrays are shared, read-only here (new labels replace them with grown copies)."""
+    f = copy.copy(head)
+    f.labels = copy.deepcopy(head.labels)
+    f.scale_stats = copy.deepcopy(head.scale_stats)
+    f.eta_sq_mean = head.eta_sq_mean.copy()
+    return f
