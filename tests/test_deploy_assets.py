@@ -517,3 +517,17 @@ def test_readme_describes_every_deploy_file():
         if path.is_file() and path.name != "README.md":
             rel = path.relative_to(DEPLOY).as_posix()
             assert rel in readme, f"deploy/README.md does not mention {rel}"
+
+
+def test_compose_replicas_file_scales_replicas_without_shared_disk_or_host_ports():
+    config = pytest.importorskip("streamtopics.config")
+    doc = _yaml("docker-compose.replicas.yml")
+    svc = doc["services"]
+    assert svc["kafka"]["extends"] == {"file": "docker-compose.yml", "service": "kafka"}
+    rep = svc["replica"]
+    assert int(rep["deploy"]["replicas"]) >= 2
+    assert "ports" not in rep and "volumes" not in rep  # N containers: no host port, no shared snapshot dir
+    cfg = config.load_config(ROOT / "config" / "streamtopics.toml", env=rep["environment"])
+    assert cfg.replication.enabled and cfg.replication.snapshots_topic  # joins from a snapshot shipped via Kafka
+    assert cfg.kafka.bootstrap_servers == "kafka:9092" and cfg.metrics.host == "0.0.0.0"
+    assert config.check_daemon_config(cfg) == []
