@@ -105,7 +105,13 @@ def test_a_source_range_is_learned_once_however_often_it_is_published(corpus):
     log.append(encode(a.compute(toks[:10], Source(src.topic, src.partition, src.first + 5, src.first + 15))[0]))
     for r in (a, b):
         _apply_upto(r, log, len(log))
-        assert r.model.state.docs_seen == n == 512 and r.skipped == 2
+        assert r.model.state.docs_seen == n == 512 and r.skipped == 2 and r.unlearned == 0
+    # a record reaching past the learned ranges is skipped whole, and its uncovered offsets counted
+    end = a.ledger.position(src.key)
+    log.append(encode(a.compute(toks, Source(src.topic, src.partition, end - len(toks) + 7, end + 7))[0]))
+    for r in (a, b):
+        _apply_upto(r, log, len(log))
+        assert r.skipped == 3 and r.unlearned == 7 and r.model.state.docs_seen == 512
     assert digest(a.model) == digest(b.model)
     # a new log epoch of the same partition is new data
     log.append(encode(a.compute(toks, Source(src.topic, src.partition, src.first, src.next, epoch=1))[0]))

@@ -28,6 +28,7 @@ without supervision (``check_replicable`` says why anything else is refused).
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -43,6 +44,8 @@ from .ledger import OffsetLedger
 
 __all__ = ["Assembler", "Computed", "Source", "UpdateRecord", "Replica", "check_replicable", "decode", "encode",
            "digest"]
+
+log = logging.getLogger("streamtopics.daemon")
 
 MAX_RECORD_BYTES = 900_000  # below the broker's default message limit (1 MiB) with room for headers
 _ARRAYS = ("known", "indptr", "topics", "values", "totals", "doc_ptr", "doc_topics", "doc_values",
@@ -302,6 +305,9 @@ class Replica:
         self.ledger = ledger or OffsetLedger()
         self.applied = 0
         self.skipped = 0
+        # offsets of skipped records that no learned range covers (a zombie's batch cut
+        # otherwise than its successor's): not learned from that record; see docs/scale-out.md
+        self.unlearned = 0
 
     def compute(self, tokens: list[list[str]], source: Source, labels: list | None = None):
         """(the update record of a batch of token lists, ``Computed``: its documents' predictions
@@ -374,6 +380,8 @@ class Replica:
         if self.ledger.epoch(key) > src.epoch or any(
                 self.ledger.covers(key, o) for o in (src.first, src.next - 1)):
             self.skipped += 1
+            if self.ledger.epoch(key) == src.epoch:
+                self._note_partial(src, offset)
             return False
         model = self.model
         batch_key = model.memo_key(src.batch_key)
@@ -388,6 +396,24 @@ class Replica:
         self.ledger.learned(key, src.first, src.next)
         self.applied += 1
         return True
+
+    def _note_partial(self, src: Source, offset: int) -> None:
+        """A skipped record that overlaps the learned ranges only in part: its uncovered offsets
+        are not learned from it. Counted and logged (identically on every replica)."""
+        gaps, at = [], src.first
+        for a, b in self.ledger.ranges(src.key):
+            if b <= at or a >= src.next:
+                continue
+            if a > at:
+                gaps.append((at, a))
+            at = max(at, b)
+        if at < src.next:
+            gaps.append((at, src.next))
+        if gaps:
+            self.unlearned += sum(b - a for a, b in gaps)
+            log.error("update log: a record overlaps learned offsets only in part and is skipped; its uncovered "
+                      "offsets are not learned from it", extra={"update_offset": offset, "partition": src.key,
+                                                                 "epoch": src.epoch, "uncovered": gaps})
 
     def _learn_head(self, rec: UpdateRecord, doc_topic: np.ndarray, batch_key) -> None:
         """The classifier learns the record's labelled documents as ``TopicModel.process`` has it
