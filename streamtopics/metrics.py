@@ -198,6 +198,9 @@ class Metrics:
                                          "Update records this replica published to the log.", registry=r)
         self.update_log_offset = Gauge("streamtopics_update_log_offset",
                                        "The update-log offset this replica's model has applied up to.", registry=r)
+        self.update_unlearned = Gauge("streamtopics_update_unlearned_offsets",
+                                      "Input offsets of skipped update records that no learned range covers (a "
+                                      "zombie's record overlapping the learned ranges only in part).", registry=r)
         for result in ("applied", "skipped"):
             self.updates_applied.labels(result=result)
 
@@ -509,6 +512,7 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_update_log_lag_records": "gauge",
     "streamtopics_update_staleness_records": "gauge",
     "streamtopics_updates_applied_total": "counter",
+    "streamtopics_update_unlearned_offsets": "gauge",
     "streamtopics_update_apply_seconds": "histogram",
     "streamtopics_updates_published_total": "counter",
     "streamtopics_update_log_offset": "gauge",

@@ -235,6 +235,7 @@ class ReplicaMode:
         and its predictions from the same local step. ``span``: the batch's source offsets;
         ``labels``: its documents' targets (supervised models)."""
         self.sync.bounded()
+        self.telemetry.on_update_unlearned(self.replica.unlearned)
         model = self.replica.model
         self.predicted_at = self.replica.offset
         if not span.key:  # its log was found reset meanwhile: predict only

@@ -236,6 +236,9 @@ class Telemetry:
         self.metrics.updates_applied.labels(result="applied" if applied else "skipped").inc()
         self.metrics.update_apply_duration.observe(seconds)
 
+    def on_update_unlearned(self, n: int) -> None:
+        self.metrics.update_unlearned.set(n)
+
     def on_update_lag(self, n: int) -> None:
         self.metrics.update_log_lag.set(n)
 
