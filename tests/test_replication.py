@@ -214,3 +214,47 @@ def test_computing_a_supervised_batch_leaves_the_classifier_unchanged(labelled):
     # applied, the new label is learned, with the same id on every replica
     r.apply(whole, 1)
     assert r.model.label_names[-1] == "a-label-nobody-has-seen"
+
+
+def test_a_claim_fences_the_zombie_that_lost_its_partition(corpus):
+    """Replica a owns partition 0 and is still computing when b is assigned the partition and
+    claims it; a's late record (cut differently from b's batches) is skipped by every replica,
+    b resumes exactly where the learned ranges end, and nothing is learned twice or lost."""
+    import copy
+
+    train, _ = corpus
+    a, b, c = (Replica(_model(), writer=w) for w in "abc")
+    replicas = (a, b, c)
+    log: list[list[bytes]] = []
+
+    def publish(rec):
+        log.append(encode(rec))
+        for r in replicas:
+            _apply_upto(r, log, len(log))
+
+    key = "docs:0"
+    publish(a.claim("docs", 0, 0))
+    assert a.claimed(key) and not b.claimed(key)
+    publish(a.compute(train[:64], Source("docs", 0, 0, 64))[0])
+    zombie, _ = a.compute(train[64:128], Source("docs", 0, 64, 128))  # a's next batch, not yet published
+    publish(b.claim("docs", 0, 0))  # a's session timed out: b owns the partition now
+    assert b.claimed(key) and not a.claimed(key)
+    start = b.ledger.position(key)
+    assert start == 64  # b resumes where the learned ranges end once its claim is applied
+    # snapshot of an observer here (model, offset, ledger and owners), restored later
+    saved = (copy.deepcopy(c.model), c.offset, copy.deepcopy(c.ledger), dict(c.owners))
+    publish(b.compute(train[64:100], Source("docs", 0, 64, 100))[0])  # b's batch is cut by time
+    publish(zombie)  # the zombie's record arrives late: [64, 128) overlaps [64, 100) in part
+    publish(b.compute(train[100:164], Source("docs", 0, 100, 164))[0])
+    for r in replicas:
+        assert r.model.state.docs_seen == 164 and r.fenced == 1 and r.unlearned == 0
+        assert r.ledger.ranges(key) == [(0, 164)]
+    assert len({digest(r.model) for r in replicas}) == 1
+    # a replica restored from the snapshot taken after b's claim decides the same way
+    model, offset, ledger, owners = saved
+    d = Replica(model, offset=offset, ledger=ledger, owners=owners, writer="d")
+    _apply_upto(d, log, len(log))
+    assert d.fenced == 1 and digest(d.model) == digest(a.model)
+    # a record computed under no claim is fenced once the partition has an owner
+    publish(Replica(_model(), writer="e").compute(train[164:200], Source("docs", 0, 164, 200))[0])
+    assert all(r.fenced == 2 and r.model.state.docs_seen == 164 for r in replicas)

@@ -83,7 +83,7 @@ class UpdateRecord:
 
     source: Source
     base: int
-    kind: str = "summary"                 # "summary" | "batch" (tokens: the model had no topics yet)
+    kind: str = "summary"                 # "summary" | "batch" (tokens: the model had no topics yet) | "claim"
     n_docs: int = 0
     n_tokens: int = 0
     objective: float | None = None
@@ -108,6 +108,8 @@ class UpdateRecord:
     sup_values: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
     tokens: list | None = None
     rid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    writer: str = ""                      # the replica incarnation that computed it (logs; own claims)
+    claim: int = -1                       # update offset of the claim it was computed under (-1: none)
 
     @property
     def n_rows(self) -> int:
@@ -174,7 +176,8 @@ def _unpack_array(name: str, v: list) -> np.ndarray:
 
 def _to_map(rec: UpdateRecord, part: int, parts: int) -> dict:
     src = rec.source
-    m = {"v": 1, "rid": rec.rid, "part": part, "parts": parts, "base": rec.base, "kind": rec.kind,
+    m = {"v": 1, "rid": rec.rid, "writer": rec.writer, "claim": rec.claim, "part": part, "parts": parts, "base": rec.base,
+         "kind": rec.kind,
          "source": [src.topic, src.partition, src.first, src.next, src.epoch],
          "n_docs": rec.n_docs, "n_tokens": rec.n_tokens, "objective": rec.objective,
          "entropy": rec.entropy, "alloc": rec.alloc, "new_words": rec.new_words, "tokens": rec.tokens,
@@ -194,7 +197,8 @@ def _row_slice(rec: UpdateRecord, lo: int, hi: int) -> UpdateRecord:
         source=rec.source, base=rec.base, kind=rec.kind, n_docs=rec.n_docs, n_tokens=rec.n_tokens,
         objective=rec.objective, entropy=rec.entropy, alloc=rec.alloc, known=rec.known[lo:hi],
         new_words=rec.new_words[new_before:new_before + new_in], indptr=rec.indptr[lo:hi + 1] - a,
-        topics=rec.topics[a:b], values=rec.values[a:b], totals=rec.totals[lo:hi], rid=rec.rid, **docs)
+        topics=rec.topics[a:b], values=rec.values[a:b], totals=rec.totals[lo:hi], rid=rec.rid, writer=rec.writer,
+        claim=rec.claim, **docs)
 
 
 def encode(rec: UpdateRecord, max_bytes: int = MAX_RECORD_BYTES) -> list[bytes]:
@@ -221,7 +225,8 @@ def decode(raw: bytes) -> tuple[UpdateRecord, int, int]:
             source=Source(str(topic), int(partition), int(first), int(nxt), int(epoch)), base=int(m["base"]),
             kind=str(m["kind"]), n_docs=int(m["n_docs"]), n_tokens=int(m["n_tokens"]), objective=m["objective"],
             entropy=float(m["entropy"]), alloc=float(m["alloc"]), new_words=list(m["new_words"]),
-            tokens=m["tokens"], targets=m.get("targets"), rid=str(m["rid"]),
+            tokens=m["tokens"], targets=m.get("targets"), rid=str(m["rid"]), writer=str(m.get("writer") or ""),
+            claim=int(m.get("claim", -1)),
             **{name: _unpack_array(name, m[name]) for name in _ARRAYS if name in m})
         return rec, int(m["part"]), int(m["parts"])
     except (KeyError, TypeError, ValueError, msgpack.exceptions.ExtraData) as exc:
@@ -252,7 +257,7 @@ class Assembler:
             known=np.concatenate([p.known for p in ps]), new_words=[w for p in ps for w in p.new_words],
             indptr=indptr, topics=np.concatenate([p.topics for p in ps]),
             values=np.concatenate([p.values for p in ps]), totals=np.concatenate([p.totals for p in ps]),
-            rid=head.rid, **head.doc_fields())
+            rid=head.rid, writer=head.writer, claim=head.claim, **head.doc_fields())
 
 
 # --------------------------------------------------------------------------- the state machine
@@ -293,18 +298,31 @@ def _dense_rows(ptr: np.ndarray, cols: np.ndarray, vals: np.ndarray, n_topics: i
 
 
 class Replica:
-    """A model, the update-log offset it has applied up to, and the replicated ledger of the
-    source ranges the applied updates learned."""
+    """A model, the update-log offset it has applied up to, the replicated ledger of the source
+    ranges the applied updates learned, and the partitions' owners.
 
-    def __init__(self, model, offset: int = 0, ledger: OffsetLedger | None = None) -> None:
+    Ownership is fencing, decided in the log (docs/scale-out.md, "Claims"): a replica that is
+    assigned a partition publishes a *claim* and resumes the partition where the ledger ends once
+    its claim is applied; from then on, records of that partition computed under an older claim
+    (a zombie that lost the partition without noticing) are skipped by every replica. So no two
+    owners' differently cut batches can both reach the model, and the new owner's first batch
+    starts exactly where the learned ranges end. ``owners`` (partition -> offset of its latest
+    claim) goes into snapshots with the ledger; ``writer`` names this incarnation."""
+
+    def __init__(self, model, offset: int = 0, ledger: OffsetLedger | None = None,
+                 owners: dict[str, int] | None = None, writer: str = "") -> None:
         errs = check_replicable(model)
         if errs:
             raise ValueError("; ".join(errs))
         self.model = model
         self.offset = int(offset)          # the next update-log offset to apply
         self.ledger = ledger or OffsetLedger()
+        self.owners: dict[str, int] = {str(k): int(v) for k, v in (owners or {}).items()}
+        self.writer = writer or uuid.uuid4().hex[:12]
+        self.claims: dict[str, int] = {}   # partitions this incarnation owns -> its claim's offset
         self.applied = 0
         self.skipped = 0
+        self.fenced = 0                    # records skipped because a later claim took their partition
         # offsets of skipped records that no learned range covers (a zombie's batch cut
         # otherwise than its successor's): not learned from that record; see docs/scale-out.md
         self.unlearned = 0
@@ -320,7 +338,8 @@ class Replica:
         if not model.state.initialized:
             n_tokens = sum(len(t) for t in tokens)
             return UpdateRecord(source=source, base=self.offset, kind="batch", n_docs=len(tokens), n_tokens=n_tokens,
-                                tokens=[list(map(str, t)) for t in tokens], targets=targets), None
+                                tokens=[list(map(str, t)) for t in tokens], targets=targets,
+                                writer=self.writer, claim=self.claims.get(source.key, -1)), None
         mark = model.prepare_mark()
         n_known = model.state.n_words
         label_names = model.label_names
@@ -347,7 +366,8 @@ class Replica:
                            objective=float(local.objective), entropy=float(sm.entropy), alloc=float(sm.alloc),
                            known=known, new_words=new_words, indptr=sm.indptr.astype(np.int64),
                            topics=sm.topics.astype(np.int32), values=sm.values.astype(np.float64),
-                           totals=totals.astype(np.float64), doc_ptr=ptr, doc_topics=cols, doc_values=vals)
+                           totals=totals.astype(np.float64), doc_ptr=ptr, doc_topics=cols, doc_values=vals,
+                           writer=self.writer, claim=self.claims.get(source.key, -1))
         if targets is not None:
             rec.targets, rec.doc_len = targets, doc_lengths(batch).astype(np.float64)
             if model.options.supervision.features == "supervised" and local is not pre:
@@ -367,9 +387,20 @@ class Replica:
         return [sorted(t) if isinstance(t, (set, frozenset)) else list(t) if isinstance(t, tuple) else t
                 for t in labels]
 
+    def claim(self, topic: str, partition: int, epoch: int) -> UpdateRecord:
+        """The claim record this replica publishes when it is assigned ``topic``:``partition``
+        (it computes nothing for the partition until the claim is applied: ``claimed``)."""
+        return UpdateRecord(source=Source(topic, int(partition), 0, 0, int(epoch)), base=self.offset, kind="claim",
+                            writer=self.writer)
+
+    def claimed(self, key: str) -> bool:
+        """Whether this incarnation's latest claim of ``key`` has been applied and still stands."""
+        return key in self.claims and self.owners.get(key) == self.claims[key]
+
     def apply(self, rec: UpdateRecord, offset: int) -> bool:
-        """Apply the record read at update-log ``offset`` (in log order). False when its source
-        range was learned already (skipped identically by every replica)."""
+        """Apply the record read at update-log ``offset`` (in log order). False when it is skipped,
+        identically by every replica: its source range was learned already, or a later claim
+        took its partition from the claim it was computed under."""
         if offset < self.offset:
             return False  # replayed from before our snapshot: already in the model
         self.offset = offset + 1
@@ -377,6 +408,15 @@ class Replica:
         key = src.key
         while self.ledger.epoch(key) < src.epoch:
             self.ledger.new_epoch(key)
+        if rec.kind == "claim":
+            self.owners[key] = offset
+            if rec.writer == self.writer:
+                self.claims[key] = offset
+            return True
+        if key in self.owners and rec.claim != self.owners[key]:
+            self.skipped += 1
+            self.fenced += 1
+            return False
         if self.ledger.epoch(key) > src.epoch or any(
                 self.ledger.covers(key, o) for o in (src.first, src.next - 1)):
             self.skipped += 1
