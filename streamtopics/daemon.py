@@ -265,10 +265,10 @@ class Daemon:
 
     def _start_offset(self, tp: TopicPartition) -> int | None:
         if self.sync is not None:
-            # Replica mode: where the update log's coverage of the partition ends (all of it, as
-            # far as the log goes now); nothing covered -> its beginning.
-            if self.book.in_batch is None:
-                self.sync.catch_up()
+            # Replica mode: claim the partition in the update log, then resume where the log's
+            # coverage of it ends (nothing covered -> its beginning): docs/scale-out.md, "Claims".
+            key = f"{tp.topic}:{tp.partition}"
+            self.replicas.claim(key, self.book.ledger.epoch(key))
             return self.book.start_offset(tp.topic, tp.partition, self.session.topic_id(tp.topic), have_snapshot=False)
         if self.book.in_batch is None and self.model is not None:
             # The model may be swapped only between batches.

@@ -56,6 +56,11 @@ def test_two_replicas_learn_one_model_exactly_once(broker, fresh_topic, tmp_path
         assert a.replica.offset == b.replica.offset
         assert _learned(a) == _learned(b) == n  # distinct documents, none twice
         assert digest(a.model) == digest(b.model)
+        # each partition claimed in the log by the replica that reads it; no record fenced
+        keys = {f"{topics['input']}:{p}" for p in (0, 1)}
+        assert set(a.replica.owners) == keys and a.replica.owners == b.replica.owners
+        assert {k for k in keys if a.replica.claimed(k)} | {k for k in keys if b.replica.claimed(k)} == keys
+        assert a.replica.fenced == b.replica.fenced == 0
         published = a.sync.published + b.sync.published
         assert a.sync.published > 0 and b.sync.published > 0  # both computed batches
         assert a.replica.applied + a.replica.skipped <= published

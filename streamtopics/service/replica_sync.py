@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -221,8 +222,10 @@ class ReplicaMode:
     def join(self, model, ledger) -> None:
         """The model at its snapshot's update offset, then the log applied to its end."""
         info = getattr(model, "snapshot_info", None) or {}
-        offset = int(((info.get("extra") or {}).get("daemon") or {}).get("update_offset", 0))
-        self.replica = Replica(model, offset=offset, ledger=ledger)
+        saved = (info.get("extra") or {}).get("daemon") or {}
+        offset = int(saved.get("update_offset", 0))
+        self.replica = Replica(model, offset=offset, ledger=ledger, owners=saved.get("owners") or {},
+                               writer=f"{self.replica_id}/{uuid.uuid4().hex[:8]}")
         self.sync = ReplicaSync(self.cfg, self.replica, self.telemetry, tick=self._tick)
         self.sync.connect()
         n = self.sync.catch_up(timeout_s=600.0)
@@ -235,6 +238,8 @@ class ReplicaMode:
         and its predictions from the same local step. ``span``: the batch's source offsets;
         ``labels``: its documents' targets (supervised models)."""
         self.sync.bounded()
+        if span.key and not self.replica.claimed(span.key):
+            self.claim(span.key, ledger.epoch(span.key), timeout_s=None)  # the claim at assignment failed
         self.telemetry.on_update_unlearned(self.replica.unlearned)
         model = self.replica.model
         self.predicted_at = self.replica.offset
@@ -250,6 +255,36 @@ class ReplicaMode:
             out = _predicted(scratch.model.process(scratch.model.prepare(tokens, grow=False), learn=False))
         self.pending[(span.key, span.first)] = rec
         return out
+
+    def claim(self, key: str, epoch: int, timeout_s: float | None = 30.0) -> bool:
+        """Own the input partition ``key`` in the log: publish a claim and apply the log through
+        it, so the partition resumes where the learned ranges end and no earlier owner's record
+        can follow (every replica skips records computed under an older claim). Retried until
+        ``timeout_s`` (None: until it succeeds; the loop's heartbeat keeps the group session).
+        False when it did not get through in time, or another replica claimed the partition after."""
+        topic, _, partition = key.rpartition(":")
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            try:
+                self.sync.publish(self.replica.claim(topic, int(partition), epoch))
+                self.sync.flush()
+                self.sync.catch_up()  # the log's end includes the claim now (flush waited for its ack)
+                if self.replica.claimed(key):
+                    log.info("claimed an input partition in the update log", extra={
+                        "partition": key, "claim_offset": self.replica.claims[key], "replica": self.replica_id,
+                        "resume_offset": self.replica.ledger.position(key)})
+                    return True
+                log.warning("another replica claimed the partition after this one", extra={"partition": key})
+                return False
+            except Exception as exc:  # noqa: BLE001 - the broker away: try again
+                if deadline is not None and time.monotonic() > deadline:
+                    log.warning("could not claim an input partition; claiming again before its first batch",
+                                extra={"partition": key, "error": repr(exc)})
+                    return False
+                log.warning("claiming an input partition failed; retrying", extra={"partition": key,
+                                                                                    "error": repr(exc)})
+                self._tick()
+                time.sleep(1.0)
 
     def acked(self, meta) -> None:
         """A batch's predictions are acknowledged: its update record goes to the log."""
@@ -286,7 +321,7 @@ class ReplicaMode:
             log.warning("update log: could not catch up before the final snapshot", extra={"error": repr(exc)})
 
     def snapshot_extra(self) -> dict:
-        return {"update_offset": self.replica.offset, "replica_id": self.replica_id}
+        return {"update_offset": self.replica.offset, "replica_id": self.replica_id, "owners": dict(self.replica.owners)}
 
     def close(self) -> None:
         if self.sync is not None:
