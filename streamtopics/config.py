@@ -749,9 +749,6 @@ def check_daemon_config(cfg: Config) -> list[str]:
     if cfg.replication.enabled and cfg.model.vocab_policy == "evict":
         errs.append('config error: replication.enabled = true needs model.vocab_policy = "ignore" (an evicted '
                     "word's id is reused, so ids in the update log would name other words)")
-    if cfg.replication.enabled and cfg.model.engine != "lsparse":
-        errs.append("config error: replication.enabled = true needs model.engine = \"lsparse\" in this version "
-                    "(the update record carries no sampler statistics yet)")
     return errs
 
 

@@ -22,8 +22,10 @@ Wire format: msgpack maps with raw little-endian array buffers (never pickle); a
 ``max_bytes`` is split by summary rows into parts that share ``rid`` (``encode``), which
 ``Assembler`` puts back together.
 
-Scope of this version: the variational engine, stochastic and memoized updates, with or
-without supervision (``check_replicable`` says why anything else is refused).
+Scope: both engines (the alias engine's record is the summary of its recorded sweeps; its
+draws on the computing replica come from that replica's generator and only shape the record),
+stochastic and memoized updates, with or without supervision (``check_replicable`` says why a
+vocabulary that evicts words is refused).
 """
 from __future__ import annotations
 
@@ -134,8 +136,6 @@ class Computed(NamedTuple):
 def check_replicable(model) -> list[str]:
     """Why ``model`` cannot be replicated through the log yet (empty: it can)."""
     errs = []
-    if model.engine != "lsparse":
-        errs.append(f"replicas: engine {model.engine!r} is not supported yet (the variational engine is)")
     if model.vocab.policy == "evict":
         errs.append("replicas: vocab_policy 'evict' is not supported (an evicted id is reused by another word, "
                     "so the ids a record was computed with would name other words when it is applied); use 'ignore'")
