@@ -260,3 +260,28 @@ def test_a_claim_fences_the_zombie_that_lost_its_partition(corpus):
     # a record computed under no claim is fenced once the partition has an owner
     publish(Replica(_model(), writer="e").compute(train[164:200], Source("docs", 0, 164, 200))[0])
     assert all(r.fenced == 2 and r.model.state.docs_seen == 164 for r in replicas)
+
+
+def test_a_record_the_classifier_cannot_learn_is_skipped_alike_everywhere(labelled):
+    """A label cap (on_overflow="error") reached by another replica's record after this one was
+    computed: applying would raise on every replica and block the log. It is skipped instead,
+    before anything changes, its offsets counted as unlearned, and replicas stay identical."""
+    train, y, _, _ = labelled
+    kinds = sorted(set(y))
+    first = [t for t in y if t in kinds[:2]]
+    rows = [i for i, t in enumerate(y) if t in kinds[:2]][:2 * B]
+    a, b = (Replica(_model(supervision="hinge", sup_max_labels=3)) for _ in range(2))
+    log = [encode(a.compute([train[i] for i in rows[:B]], Source("docs", 0, 0, B), first[:B])[0])]
+    for r in (a, b):
+        _apply_upto(r, log, 1)
+    other = [i for i, t in enumerate(y) if t == kinds[2]][:B]
+    newer = [i for i, t in enumerate(y) if t == kinds[3]][:B]
+    # both computed against the model with two labels: each adds one more
+    rec_b = b.compute([train[i] for i in other], Source("docs", 1, 0, len(other)), [kinds[2]] * len(other))[0]
+    rec_a = a.compute([train[i] for i in newer], Source("docs", 0, B, B + len(newer)), [kinds[3]] * len(newer))[0]
+    log += [encode(rec_b), encode(rec_a)]
+    for r in (a, b):
+        _apply_upto(r, log, 3)
+        assert r.skipped == 1 and r.unlearned == len(newer) and len(r.model.label_names) == 3
+        assert r.ledger.position("docs:0") == B + len(newer)  # its owner moves on
+    assert digest(a.model) == digest(b.model)

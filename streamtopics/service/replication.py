@@ -424,6 +424,16 @@ class Replica:
                 self._note_partial(src, offset)
             return False
         model = self.model
+        problem = self._unacceptable(rec)
+        if problem:
+            # Deterministic on every replica (same state, same record): the range is marked
+            # learned so its owner moves on; its offsets count as unlearned, with the reason.
+            self.ledger.learned(key, src.first, src.next)
+            self.skipped += 1
+            self.unlearned += src.next - src.first
+            log.error("update log: a record the model cannot learn is skipped", extra={
+                "update_offset": offset, "partition": key, "first": src.first, "next": src.next, "reason": problem})
+            return False
         batch_key = model.memo_key(src.batch_key)
         if rec.kind == "batch":
             model.rng = np.random.default_rng([int(model.seed), int(offset)])
@@ -455,13 +465,26 @@ class Replica:
                       "offsets are not learned from it", extra={"update_offset": offset, "partition": src.key,
                                                                  "epoch": src.epoch, "uncovered": gaps})
 
+    def _unacceptable(self, rec: UpdateRecord) -> str | None:
+        """Why applying ``rec`` would fail, checked before anything changes (None: it would not).
+        The classifier's labels may have grown since the record was computed, past a label cap
+        with ``on_overflow="error"``; the targets are tried on a fork of it."""
+        head = self.model.head
+        if rec.targets is None or head is None:
+            return None
+        try:
+            if len(rec.targets) != rec.n_docs or (rec.kind != "batch" and rec.doc_len.size != rec.n_docs):
+                raise ValueError(f"{len(rec.targets)} targets and {rec.doc_len.size} lengths for "
+                                 f"{rec.n_docs} documents")
+            fork_head(head).encode_targets(rec.targets, grow=True)
+        except (ValueError, TypeError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
     def _learn_head(self, rec: UpdateRecord, doc_topic: np.ndarray, batch_key) -> None:
         """The classifier learns the record's labelled documents as ``TopicModel.process`` has it
         learn a batch: calibrate on the lengths, then update on the features."""
         head = self.model.head
-        if len(rec.targets) != rec.n_docs or rec.doc_len.size != rec.n_docs:
-            raise ValueError(f"update record: {len(rec.targets)} targets and {rec.doc_len.size} lengths for "
-                             f"{rec.n_docs} documents")
         head.calibrate(rec.doc_len, head.encode_targets(rec.targets, grow=True))
         feats = doc_topic
         if rec.sup_ptr.size > 1:
