@@ -285,3 +285,17 @@ def test_a_record_the_classifier_cannot_learn_is_skipped_alike_everywhere(labell
         assert r.skipped == 1 and r.unlearned == len(newer) and len(r.model.label_names) == 3
         assert r.ledger.position("docs:0") == B + len(newer)  # its owner moves on
     assert digest(a.model) == digest(b.model)
+
+
+def test_a_record_that_raises_while_applied_is_skipped_and_counted(corpus):
+    train, _ = corpus
+    a, b = Replica(_model()), Replica(_model())
+    log = [encode(a.compute(train[:B], Source("docs", 0, 0, B))[0])]
+    for r in (a, b):
+        _apply_upto(r, log, 1)
+    bad = a.compute(train[B:2 * B], Source("docs", 0, B, 2 * B))[0]
+    assert bad.kind == "summary"
+    bad.values = bad.values[:3]  # an inconsistent record: fewer values than its rows say
+    for r in (a, b):
+        assert r.apply(bad, 1) is False and r.unlearned == B and r.ledger.position("docs:0") == 2 * B
+    assert digest(a.model) == digest(b.model) and a.model.state.docs_seen == B

@@ -425,27 +425,31 @@ class Replica:
             return False
         model = self.model
         problem = self._unacceptable(rec)
-        if problem:
-            # Deterministic on every replica (same state, same record): the range is marked
-            # learned so its owner moves on; its offsets count as unlearned, with the reason.
-            self.ledger.learned(key, src.first, src.next)
+        if problem is None:
+            try:
+                self._learn(rec, offset, model.memo_key(src.batch_key))
+            except Exception as exc:  # noqa: BLE001 - alike on every replica: same state, same record
+                problem = f"{type(exc).__name__}: {exc} (raised while applying)"
+        self.ledger.learned(key, src.first, src.next)  # either way its owner moves on
+        if problem is not None:
             self.skipped += 1
             self.unlearned += src.next - src.first
             log.error("update log: a record the model cannot learn is skipped", extra={
                 "update_offset": offset, "partition": key, "first": src.first, "next": src.next, "reason": problem})
             return False
-        batch_key = model.memo_key(src.batch_key)
+        self.applied += 1
+        return True
+
+    def _learn(self, rec: UpdateRecord, offset: int, batch_key) -> None:
+        model = self.model
         if rec.kind == "batch":
             model.rng = np.random.default_rng([int(model.seed), int(offset)])
             model.process(model.prepare(rec.tokens, grow=True), learn=True, batch_key=batch_key, labels=rec.targets)
-        else:
-            doc_topic = _dense_rows(rec.doc_ptr, rec.doc_topics, rec.doc_values, model.n_topics)
-            model.learn(self._summary(rec), rec.objective, doc_topic, rec.n_docs, rec.n_tokens, batch_key)
-            if rec.targets is not None and model.head is not None:
-                self._learn_head(rec, doc_topic, batch_key)
-        self.ledger.learned(key, src.first, src.next)
-        self.applied += 1
-        return True
+            return
+        doc_topic = _dense_rows(rec.doc_ptr, rec.doc_topics, rec.doc_values, model.n_topics)
+        model.learn(self._summary(rec), rec.objective, doc_topic, rec.n_docs, rec.n_tokens, batch_key)
+        if rec.targets is not None and model.head is not None:
+            self._learn_head(rec, doc_topic, batch_key)
 
     def _note_partial(self, src: Source, offset: int) -> None:
         """A skipped record that overlaps the learned ranges only in part: its uncovered offsets
