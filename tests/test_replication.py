@@ -12,7 +12,7 @@ import pytest
 
 from streamtopics import TopicModel
 from streamtopics.corpora import load_reuters_r8
-from streamtopics.service.replication import Assembler, Replica, Source, decode, digest, encode
+from streamtopics.service.replication import Assembler, Replica, Source, UpdateRecord, decode, digest, encode
 
 K = 12
 B = 64
@@ -299,3 +299,16 @@ def test_a_record_that_raises_while_applied_is_skipped_and_counted(corpus):
     for r in (a, b):
         assert r.apply(bad, 1) is False and r.unlearned == B and r.ledger.position("docs:0") == 2 * B
     assert digest(a.model) == digest(b.model) and a.model.state.docs_seen == B
+
+
+def test_wire_values_are_half_precision_unless_too_large():
+    def roundtrip(values):
+        rec = UpdateRecord(Source("d", 0, 0, 1), 0, n_docs=1, known=np.array([3]), indptr=np.array([0, len(values)]),
+                           topics=np.arange(len(values)), values=np.array(values), totals=np.array([70_000.0]))
+        return decode(encode(rec)[0])[0]
+
+    small = roundtrip([0.5, 3.25, 1e-3])
+    assert np.array_equal(small.values, np.array([0.5, 3.25, 1e-3], dtype=np.float16).astype(np.float64))
+    assert small.totals[0] == 70_000.0  # word counts keep float32 (float16 would round them)
+    large = roundtrip([0.5, 1e5])  # past float16's range: the whole array travels as float32
+    assert np.array_equal(large.values, np.array([0.5, 1e5], dtype=np.float32).astype(np.float64))
