@@ -61,15 +61,16 @@ def _final(proc: _Proc) -> tuple:
     return int(m.snapshot_info["extra"]["daemon"]["update_offset"]), digest(m), int(m.state.docs_seen), m
 
 
-def _stream(bootstrap: str, topic: str, values: list[dict], rate: float | None = None) -> threading.Thread:
-    """Produce ``values`` round-robin over the partitions, at ``rate`` documents/s (None: at once)."""
+def _stream(bootstrap: str, topic: str, values: list[dict], rate: float | None = None,
+            partitions: int = PARTITIONS) -> threading.Thread:
+    """Produce ``values`` round-robin over ``partitions``, at ``rate`` documents/s (None: at once)."""
     def run():
         p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, enable_idempotence=False)
         chunk = 500
         for j in range(0, len(values), chunk):
             t0 = time.monotonic()
             for i in range(j, min(j + chunk, len(values))):
-                p.send(topic, msgpack.packb(values[i]), partition=i % PARTITIONS)
+                p.send(topic, msgpack.packb(values[i]), partition=i % partitions)
             p.flush(timeout=120)
             if rate:
                 time.sleep(max(0.0, chunk / rate - (time.monotonic() - t0)))
@@ -182,3 +183,53 @@ def test_three_replicas_one_killed_learn_one_model_exactly_once(broker, fresh_to
     print(f"held-out (500 documents of the same mix): 3 replicas {h_rep:.4f}, one replica {h_one:.4f}, "
           f"ratio {h_rep / h_one:.4f}")
     assert abs(h_rep - h_one) <= 0.01 * abs(h_one)
+
+
+@pytest.mark.slow
+def test_a_paused_replica_comes_back_as_a_zombie_and_is_fenced(broker, fresh_topic, tmp_path):
+    """Replica a is frozen (SIGSTOP) past its session timeout mid-stream: b takes its partitions
+    and claims them in the update log. When a runs again (SIGCONT) it finishes and publishes the
+    batches it was in: every replica skips those records (computed under a's old claim), b has
+    learned those offsets itself, and at the end both hold one model that learned every document
+    exactly once."""
+    values, _ = _corpus()
+    values = values[:6000]
+    n = len(values)
+    topics = {"input": fresh_topic(partitions=2, prefix="in"), "output": fresh_topic(partitions=2, prefix="out"),
+              "dead_letter": fresh_topic(prefix="dlq")}
+    updates = fresh_topic(prefix="upd")
+    group = f"g-{uuid.uuid4().hex[:8]}"
+
+    def start(rid: str) -> _Proc:
+        cfg = _write_toml(tmp_path / f"{rid}.toml",
+                          _config(broker.bootstrap, topics, updates, group, tmp_path / f"snaps-{rid}", rid))
+        return _Proc(cfg, tmp_path / f"{rid}.log")
+
+    procs = {rid: start(rid) for rid in ("a", "b")}
+    for p in procs.values():
+        p.wait_ready(READY_S)
+    pacer = _stream(broker.bootstrap, topics["input"], values, rate=300.0, partitions=2)  # about 20 s of stream
+    preds = _Ids(broker.bootstrap, topics["output"])
+    _wait(lambda: len(preds.poll()) >= n // 4, READY_S, "a quarter of the stream predicted", interval=0.2)
+    procs["a"].p.send_signal(signal.SIGSTOP)  # frozen mid-batch: no heartbeat, no poll
+    time.sleep(12)  # past the 6 s session timeout: b owns both partitions and has claimed them
+    procs["a"].p.send_signal(signal.SIGCONT)
+    pacer.join(300)
+    dead = _dead_ids(broker.bootstrap, topics["dead_letter"])
+    want = {v["id"] for v in values} - dead
+    _wait(lambda: want <= preds.poll(), 600, "every document predicted", interval=1.0)
+    preds.close()
+    time.sleep(5)
+    finals = {}
+    for rid in ("a", "b"):
+        assert procs[rid].finish(signal.SIGTERM) == 0
+        finals[rid] = _final(procs[rid])
+    fenced = {rid: sum("older claim" in str(e.get("msg")) for e in procs[rid].logs()) for rid in ("a", "b")}
+    claims = sum(e.get("msg") == "claimed an input partition in the update log" for e in procs["b"].logs())
+    print(f"\nzombie: fenced records seen by a {fenced['a']}, by b {fenced['b']}; b's claims {claims}; "
+          + json.dumps({rid: {"update_offset": f[0], "docs_seen": f[2], "digest": f[1][:16]}
+                        for rid, f in finals.items()}))
+    assert claims >= 2  # b claimed a's partition after the session timed out
+    assert len({f[0] for f in finals.values()}) == 1 and len({f[1] for f in finals.values()}) == 1
+    assert {f[2] for f in finals.values()} == {len(want)}  # learned exactly once, nothing lost
+    assert fenced["a"] == fenced["b"]  # whatever was fenced, both decided alike

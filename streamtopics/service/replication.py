@@ -424,6 +424,10 @@ class Replica:
         if key in self.owners and rec.claim != self.owners[key]:
             self.skipped += 1
             self.fenced += 1
+            log.warning("update log: a record computed under an older claim of its partition is skipped (its writer "
+                        "lost the partition)", extra={"update_offset": offset, "partition": key, "writer": rec.writer,
+                                                      "claim": rec.claim, "owner_claim": self.owners[key],
+                                                      "first": src.first, "next": src.next})
             return False
         if self.ledger.epoch(key) > src.epoch or any(
                 self.ledger.covers(key, o) for o in (src.first, src.next - 1)):
