@@ -238,8 +238,11 @@ class ReplicaMode:
         and its predictions from the same local step. ``span``: the batch's source offsets;
         ``labels``: its documents' targets (supervised models)."""
         self.sync.bounded()
-        if span.key and not self.replica.claimed(span.key):
-            self.claim(span.key, ledger.epoch(span.key), timeout_s=None)  # the claim at assignment failed
+        if span.key and span.key not in self.replica.claims:
+            # The claim at assignment did not get through. (A claim of ours that another replica's
+            # later claim superseded is not renewed here: this replica is then the zombie, and
+            # every replica skips its records until it is assigned the partition again.)
+            self.claim(span.key, ledger.epoch(span.key), timeout_s=None)
         self.telemetry.on_update_unlearned(self.replica.unlearned)
         model = self.replica.model
         self.predicted_at = self.replica.offset
@@ -298,6 +301,8 @@ class ReplicaMode:
         (they re-read it), so its records are dropped; the rest is in the log before they start."""
         for k in [k for k in self.pending if k[0] in keys]:
             del self.pending[k]
+        for key in keys:
+            self.replica.claims.pop(key, None)  # claimed again if it comes back
         self.sync.flush()
 
     def apply_log(self) -> None:
