@@ -15,6 +15,11 @@
     python bench/bench_daemon.py                  # 20NG train (or R8), K from the config (100)
     python bench/bench_daemon.py --quick          # 3,072 documents, 10 s of latency
     python bench/bench_daemon.py --topics 20 --rate 500 --seconds 20
+    python bench/bench_daemon.py --threads-scaling --skip-latency   # + the daemon at threads 1 vs 2
+
+3. Threads (``--threads-scaling``): the daemon's sustained docs/s with ``[model] threads = 1``
+   and ``= 2`` on the same produced topic, alternating rounds (a new group each), the ratio of
+   each round's pair and their median (issue 18's target: >= 1.7x on two cores).
 
 numba kernels are compiled (or loaded from cache) before anything is timed.
 """
@@ -192,6 +197,30 @@ def throughput(broker, corpus, args) -> dict:
     }
 
 
+def threads_scaling(broker, corpus, args) -> dict:
+    """Daemon docs/s at [model] threads = 1 and 2 on one produced topic, alternating rounds."""
+    topics = {"input": "th-in", "output": "th-out", "dead_letter": "th-dlq"}
+    create_topics(broker.bootstrap, {v: 1 for v in topics.values()})
+    extra = {"n_topics": args.topics} if args.topics else {}
+    cfg = config(broker.bootstrap, mkdtemp(prefix="bench-snaps-"), topics, model=extra)
+    corpus = corpus[: len(corpus) - len(corpus) % cfg.batch.max_docs]
+    n = len(corpus)
+    produce_all(broker.bootstrap, topics["input"], corpus)
+    rounds = []
+    for r in range(args.repeats):
+        rate = {}
+        for threads in (1, 2):
+            cfg = config(broker.bootstrap, mkdtemp(prefix="bench-snaps-"), topics, model={**extra, "threads": threads})
+            d = run_daemon_until(cfg, lambda d: d.status().get("offsets", {}).get("th-in:0", 0) >= n)
+            st = d.status()
+            rate[threads] = n / (st["last_batch_at"] - st["first_batch_at"])
+        rounds.append({"threads_1_docs_per_s": round(rate[1], 1), "threads_2_docs_per_s": round(rate[2], 1),
+                       "ratio": round(rate[2] / rate[1], 3), "load_average": round(os.getloadavg()[0], 2)})
+        print(f"  round {r + 1}: threads=1 {rate[1]:,.0f} docs/s, threads=2 {rate[2]:,.0f} docs/s, "
+              f"ratio {rate[2] / rate[1]:.2f}x (load {os.getloadavg()[0]:.2f})", flush=True)
+    return {"documents": n, "rounds": rounds, "ratio_median": round(float(np.median([x["ratio"] for x in rounds])), 3)}
+
+
 class _Recorder:
     """Stands in for the end-to-end histogram: keeps every observation, forwards to the real one."""
 
@@ -252,6 +281,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="3,000 documents, 10 s latency runs")
     ap.add_argument("--repeats", type=int, default=3, help="throughput runs (daemon and library alternate)")
     ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--threads-scaling", action="store_true", help="also the daemon at threads 1 vs 2")
     args = ap.parse_args()
     if args.quick:
         args.docs = args.docs or 3072
@@ -274,6 +304,10 @@ def main() -> int:
               f"{tp['cpu_overhead_median']:+.1%} CPU of the loop thread (median)   (target <= +15%)")
         print(f"  daemon stage seconds    {tp['runs'][-1]['stage_seconds']}")
         print(f"  producer (input)        {tp['produce_docs_per_s']:,} docs/s")
+        if args.threads_scaling:
+            print("\nthreads (the daemon's sustained docs/s; target >= 1.7x)")
+            results["threads"] = th = threads_scaling(broker, corpus, args)
+            print(f"  threads=2 / threads=1: {th['ratio_median']:.2f}x (median of {len(th['rounds'])} rounds)")
         if not args.skip_latency:
             results["latency"] = []
             for setting, batch, kafka in (
