@@ -9,7 +9,8 @@ batches of 256 on a ``corpora_prep`` setting under a forced D schedule, held-out
 Schedules (N = the setting's training documents, told to the probe only): "seen" (D = n_t),
 "old" (max(n_t, K V_t / Lbar_t), the rule before the per-word floor), "new" (the library's
 default), fixed(m) (m N), early_then_seen(m, b) (m N for the first b batches, then n_t),
-vocab_rule(c) (max(n_t, c V_t / Lbar_t)), zipf(c) (max(n_t, c H(V_t) V_t / Lbar_t)).
+vocab_rule(c) (max(n_t, c V_t / Lbar_t)), zipf(c) (max(n_t, c H(V_t) V_t / Lbar_t)), chao(c)
+(zipf with V_t replaced by Chao1's estimate of the full vocabulary).
 
 Trace (after batch b and at the end): effective topics = exp of the entropy of the topics'
 data mass (init pseudo-counts removed); duplicates = pairs of topics with cosine > 0.5;
@@ -62,6 +63,25 @@ def vocab_rule(c):
 def zipf(c):
     return lambda st, sm, rho, N: max(_seen(st, sm), c * (math.log(max(st.n_words, 1)) + 0.5772156649)
                                       * st.n_words / max(_lbar(st, sm), 1.0))
+
+
+def chao(c):
+    """zipf(c) with V_t replaced by Chao1's estimate of the full vocabulary, V_t + f1^2 / (2 f2)
+    (f1, f2: words seen once, twice so far; token counts accumulated from the batch summaries)."""
+    counts = {}
+
+    def schedule(st, sm, rho, N):
+        V = st.n_words
+        cnt = counts.get(id(st), np.zeros(0))
+        cnt = np.concatenate([cnt, np.zeros(max(V - cnt.size, 0))])
+        if sm.values.size:
+            np.add.at(cnt, sm.word_ids, np.add.reduceat(sm.values, sm.indptr[:-1]))
+        counts[id(st)] = cnt
+        r = np.rint(cnt[:V])
+        f1, f2 = float((r == 1).sum()), float((r == 2).sum())
+        Vh = V + (f1 * f1 / (2 * f2) if f2 > 0 else f1 * (f1 - 1) / 2)
+        return max(_seen(st, sm), c * (math.log(max(Vh, 1.0)) + 0.5772156649) * Vh / max(_lbar(st, sm), 1.0))
+    return schedule
 
 
 SCHEDULES = {
@@ -120,7 +140,7 @@ def main(argv=None) -> int:
     print(f"{a.setting}: N={s.n_docs} tokens={s.n_tokens} V={len(s.vocab)} Lbar={s.n_tokens / s.n_docs:.1f} K={a.k}",
           flush=True)
     TopicModel(n_topics=a.k).partial_fit(s.train[:16])  # numba warm-up
-    env = {"fixed": fixed, "early_then_seen": early_then_seen, "vocab_rule": vocab_rule, "zipf": zipf}
+    env = {"fixed": fixed, "early_then_seen": early_then_seen, "vocab_rule": vocab_rule, "zipf": zipf, "chao": chao}
     for spec in a.schedules.split(";"):
         name, _, kws = spec.partition("|")
         schedule = SCHEDULES.get(name) or eval(name, env)  # a bench-only command line, not user input
