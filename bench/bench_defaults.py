@@ -2,6 +2,7 @@
 
     python bench/bench_defaults.py                        # every setting, K=100, one pass
     python bench/bench_defaults.py --settings 20ng-df5,r8-df5 --k 100 --json out.json
+    python bench/bench_defaults.py --k 20 --reference    # also streamtopics told D = N, 2N (not peers)
 
 No streamtopics constant is set here: ``TopicModel(n_topics=K)`` and ``partial_fit`` in
 minibatches of 256, nothing else.  The stream's length is never told to it.  Peers get their
@@ -35,9 +36,9 @@ from peers import BATCH, cpu_seconds, result, run_gensim, run_sklearn, run_vw  #
 
 from streamtopics import TopicModel  # noqa: E402
 
-def run_streamtopics(s: Setting, K: int) -> dict:
+def run_streamtopics(s: Setting, K: int, **told) -> dict:
     TopicModel(n_topics=K).partial_fit(s.train[:16])  # numba cache warm-up outside the clock
-    m = TopicModel(n_topics=K)
+    m = TopicModel(n_topics=K, **told)
     c0, t0 = cpu_seconds(), time.perf_counter()
     for lo in range(0, s.n_docs, BATCH):
         m.partial_fit(s.train[lo:lo + BATCH])
@@ -54,15 +55,22 @@ CONTENDERS = {
     "Vowpal Wabbit --lda (told N)": run_vw,
 }
 
+# --reference: streamtopics TOLD the corpus size (D = N, 2N): where the default's D stands
+# against the fixed-D optimum.  Not peers: never counted in the margin.
+REFERENCES = {
+    "ref: streamtopics corpus_size=N (told)": lambda s, K: run_streamtopics(s, K, corpus_size=s.n_docs),
+    "ref: streamtopics corpus_size=2N (told)": lambda s, K: run_streamtopics(s, K, corpus_size=2 * s.n_docs),
+}
 
-def unsupervised(settings: list[str], K: int, skip: set[str]) -> dict:
+
+def unsupervised(settings: list[str], K: int, skip: set[str], reference: bool = False) -> dict:
     out: dict = {}
     for name in settings:
         s = Setting(name)
         print(f"\n== {name}: {s.n_docs} train docs, {s.n_tokens:,} tokens, V={len(s.vocab):,}, "
               f"{len(s.test)} test docs, K={K}, one pass, batches of {BATCH}", flush=True)
         rows = {}
-        for label, fn in CONTENDERS.items():
+        for label, fn in {**CONTENDERS, **(REFERENCES if reference else {})}.items():
             if any(x in label for x in skip):
                 continue
             try:
@@ -74,7 +82,7 @@ def unsupervised(settings: list[str], K: int, skip: set[str]) -> dict:
             print(f"  {label:<42} held-out {r['heldout']:8.4f}  {r['tokens_per_s']:>10,.0f} tok/s  "
                   f"{r['seconds']:6.1f}s", flush=True)
         ours = rows.get("streamtopics (defaults)")
-        peers = {k: v for k, v in rows.items() if k != "streamtopics (defaults)"}
+        peers = {k: v for k, v in rows.items() if k != "streamtopics (defaults)" and k not in REFERENCES}
         if ours and peers:
             best = max(peers, key=lambda k: peers[k]["heldout"])
             margin = ours["heldout"] - peers[best]["heldout"]
@@ -90,10 +98,12 @@ def main(argv=None) -> int:
     ap.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated: " + ", ".join(SETTINGS))
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--skip", default="", help="comma-separated substrings of contenders to skip")
+    ap.add_argument("--reference", action="store_true", help="also streamtopics told D = N and 2N (not peers)")
     ap.add_argument("--supervised", action="store_true", help="also run the supervised table")
     ap.add_argument("--json", default="", help="write the results here")
     args = ap.parse_args(argv)
-    res = {"unsupervised": unsupervised(args.settings.split(","), args.k, {x for x in args.skip.split(",") if x})}
+    res = {"unsupervised": unsupervised(args.settings.split(","), args.k, {x for x in args.skip.split(",") if x},
+                                    args.reference)}
     if args.supervised:
         import bench_defaults_supervised
         res["supervised"] = bench_defaults_supervised.run()

@@ -47,12 +47,14 @@ from pathlib import Path
 
 import numpy as np
 
-from streamtopics import TopicModel
-from streamtopics.batch import build_batch
-from streamtopics.corpora import load_20newsgroups
-from streamtopics.explore import TopicExplorer
-from streamtopics.quality import npmi_reference, top_word_ids, topic_diversity
-from streamtopics.text import Tokenizer, Vocabulary
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's streamtopics, not an installed one
+
+from streamtopics import TopicModel  # noqa: E402
+from streamtopics.batch import build_batch  # noqa: E402
+from streamtopics.corpora import load_20newsgroups  # noqa: E402
+from streamtopics.explore import TopicExplorer  # noqa: E402
+from streamtopics.quality import npmi_reference, top_word_ids, topic_diversity  # noqa: E402
+from streamtopics.text import Tokenizer, Vocabulary  # noqa: E402
 
 BATCH = 256
 ALPHA, BETA = 0.1, 0.01

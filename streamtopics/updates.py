@@ -3,17 +3,20 @@
 * ``StochasticUpdate`` (SVI, Hoffman et al.):
   lambda <- (1 - rho_t) lambda + rho_t (beta + (D_t/|B|) S_B),  rho_t = max(rho_min, (delay + t)^-kappa).
   D_t is the effective corpus size.  ``corpus_size=None`` (the default) needs no knowledge
-  of the stream (docs/defaults.md derives it):
+  of the stream and does not depend on K (docs/defaults.md derives it):
 
-      D_t = max(n_t, K V_t / Lbar_t)        (with rho_min > 0: n_t capped at the window |B|(2 - rho_min)/rho_min)
+      D_t = max(n_t, c H(V_t) V_t / Lbar_t),   c = RARE_WORD_COUNTS = 20, H(V) = ln V + 0.5772
 
-  n_t documents seen (this batch included), V_t the vocabulary size, Lbar_t the mean
-  document length so far: the scaled batch puts about one expected count on each of the
-  K V_t topic-word entries, the scale at which VB's digamma neither locks early topics in
-  (far fewer counts than entries) nor drowns the prior (far more); past that, D grows with
-  the data like the exact posterior.  ``corpus_size="seen"`` is D_t = n_t alone; an integer
-  fixes D.  A positive ``rho_min`` keeps a never-ending stream adapting (forgetting old data
-  geometrically).
+  (with rho_min > 0: n_t capped at the window |B|(2 - rho_min)/rho_min).  n_t documents seen
+  (this batch included), V_t the vocabulary size, Lbar_t the mean document length so far.
+  The floor is counted per WORD, not per (word, topic) entry: a word's tokens fall in a few
+  topics whatever K is, and VB's digamma locks a word in (early) or zero-forces it (later)
+  when its occupied entries hold under a few expected counts.  Under Zipf's law the rarest of
+  V words holds 1/H(V) of the mean word's count, so a mean of c H(V) counts per word keeps the
+  rarest words at about c = 20 counts: ~10 in each of the ~2 topics a word occupies, where
+  log x - psi(x) ~ 1/(2x) is 0.05 nats.  Past the floor, D grows with the data like the exact
+  posterior.  ``corpus_size="seen"`` is D_t = n_t alone; an integer fixes D.  A positive
+  ``rho_min`` keeps a never-ending stream adapting (forgetting old data geometrically).
 
 * ``MemoizedUpdate`` (MVI, Hughes & Sudderth 2013): lambda = beta + sum_b S_b over the
   cached batch summaries.  A revisited batch key has its old summary subtracted and the
@@ -33,7 +36,20 @@ import numpy as np
 from .options import CORPUS_SIZE_RULES, Memoized, Stochastic, check_corpus_size
 from .summary import Summary
 
-__all__ = ["CORPUS_SIZE_RULES", "MemoizedUpdate", "StochasticUpdate", "check_corpus_size"]
+__all__ = ["CORPUS_SIZE_RULES", "RARE_WORD_COUNTS", "MemoizedUpdate", "StochasticUpdate", "check_corpus_size",
+           "corpus_size_floor"]
+
+# Expected counts the rarest word of the vocabulary should hold under the default D_t
+# (docs/defaults.md §1): ~2 occupied topics x ~10 counts each (digamma bias 1/(2x) ~ 0.05 nats).
+RARE_WORD_COUNTS = 20.0
+_EULER_GAMMA = 0.5772156649015329
+
+
+def corpus_size_floor(n_words: int, mean_len: float) -> float:
+    """c H(V) V / Lbar: documents whose tokens give a Zipfian vocabulary of V words a mean of
+    c H(V) expected counts per word, so its rarest words hold about c (H: harmonic number)."""
+    V = max(int(n_words), 1)
+    return RARE_WORD_COUNTS * (math.log(V) + _EULER_GAMMA) * V / max(float(mean_len), 1.0)
 
 
 class StochasticUpdate:
@@ -74,7 +90,7 @@ class StochasticUpdate:
         if self.corpus_size == "seen":
             return float(seen)
         mean_len = (state.tokens_seen + summary.n_tokens) / max(state.docs_seen + summary.n_docs, 1)
-        return float(max(seen, state.n_topics * state.n_words / max(mean_len, 1.0)))
+        return float(max(seen, corpus_size_floor(state.n_words, mean_len)))
 
     def forget_words(self, ids: np.ndarray) -> None:
         pass

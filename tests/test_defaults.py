@@ -13,7 +13,7 @@ import pytest
 from streamtopics import TopicModel
 from streamtopics.config import Config, load_config
 from streamtopics.hyper import alpha_gradient, alpha_step
-from streamtopics.updates import StochasticUpdate
+from streamtopics.updates import RARE_WORD_COUNTS, StochasticUpdate, corpus_size_floor
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,12 +61,13 @@ def test_defaults_recover_topics_better_than_a_wrong_corpus_size():
 
 
 def test_effective_corpus_size_rule():
-    """D_t = max(n_t, K V_t / Lbar_t); capped at the rho_min window; fixed or "seen" on request."""
+    """D_t = max(n_t, c H(V_t) V_t / Lbar_t); capped at the rho_min window; fixed or "seen" on request."""
     m = TopicModel(n_topics=20, seed=0)
     docs = [[f"w{i % 50}", f"w{(i * 7) % 50}", f"w{(i * 3) % 50}", "x"] for i in range(40)]
     m.partial_fit(docs)
     st = m.last_stats
-    assert st["corpus_size"] == pytest.approx(max(40, 20 * len(m.vocabulary) / 4.0))
+    V = len(m.vocabulary)
+    assert st["corpus_size"] == pytest.approx(max(40, RARE_WORD_COUNTS * (np.log(V) + 0.5772156649) * V / 4.0))
     upd = StochasticUpdate(rho_min=0.1)
     big = type("S", (), {"docs_seen": 10**6, "tokens_seen": 4e6, "n_topics": 20, "n_words": 51})()
     summ = type("B", (), {"n_docs": 100, "n_tokens": 400.0})()
@@ -77,6 +78,28 @@ def test_effective_corpus_size_rule():
         TopicModel(corpus_size=0)
     with pytest.raises(ValueError, match="corpus_size"):
         TopicModel(corpus_size="all")
+
+
+def test_default_corpus_size_does_not_scale_with_the_number_of_topics():
+    """The floor counts expected counts per WORD (a word occupies a few topics whatever K is):
+    the same stream gives the same D_t at K=5 and K=50, and the floor is the Zipf estimate
+    c H(V) V / Lbar (the rarest of V words holds about c expected counts)."""
+    rng = np.random.default_rng(0)
+    docs = [[f"w{int(v)}" for v in rng.zipf(1.3, size=30) % 3000] for _ in range(200)]
+    Ds = {}
+    for K in (5, 50):
+        m = TopicModel(n_topics=K, seed=0)
+        Ds[K] = []
+        for lo in range(0, len(docs), 50):
+            m.partial_fit(docs[lo:lo + 50])
+            Ds[K].append(m.last_stats["corpus_size"])
+    assert Ds[5] == pytest.approx(Ds[50])
+    V = len(m.vocabulary)
+    assert Ds[50][-1] == pytest.approx(corpus_size_floor(V, 30.0))
+    assert Ds[50][-1] > 4 * len(docs)  # still on the floor: a short stream is not taken for the whole corpus
+    # the floor grows like V log V with the vocabulary, so n_t takes over on a long stream
+    assert corpus_size_floor(2 * V, 30.0) / corpus_size_floor(V, 30.0) == pytest.approx(
+        2 * (np.log(2 * V) + 0.5772156649) / (np.log(V) + 0.5772156649))
 
 
 def test_alpha_newton_step_finds_the_generating_concentration():
