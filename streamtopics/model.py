@@ -56,7 +56,8 @@ class TopicModel:
     """LDA learned from a stream of minibatches, with one shared model state.
 
     n_topics : number of topics K.  alpha, beta : per-topic document-topic and topic-word
-    Dirichlet concentrations (alpha="auto": starts at 1/K, learned; docs/defaults.md).  seed :
+    Dirichlet concentrations (alpha="auto": starts at 1/K, learned; beta=None: 1/K, one
+    pseudo-count per word over all topics whatever K; docs/defaults.md).  seed :
     seeds initialisation (and any sampling engine).  The slots take an option object of
     ``options`` or its name (the default object of that kind):
     engine = LSparse(...) "lsparse" (L-sparse variational) | AliasMH(...) "alias" (Alias-MH);
@@ -75,7 +76,7 @@ class TopicModel:
     """
 
     def __init__(self, n_topics: int = 100, engine="lsparse", update="stochastic", alpha: float | str = "auto",
-                 beta: float = 0.01, seed: int = 0, *, supervision=None, text=None, vocabulary=None,
+                 beta: float | None = None, seed: int = 0, *, supervision=None, text=None, vocabulary=None,
                  init: str = "kmeans++", init_smoothing: float = 1.0, threads: int | None = None, **flat):
         _check_top(n_topics, alpha, beta, init, init_smoothing)
         resolve_threads(threads)  # ValueError unless None, 0 or an integer >= 1
@@ -127,7 +128,8 @@ class TopicModel:
         o = self.options
         self.tokenizer = Tokenizer(o.text.min_word_len, o.text.max_word_len, o.text.stopwords, o.text.segmentation)
         self.vocab = Vocabulary(cap=o.vocabulary.cap, policy=o.vocabulary.policy, decay=o.vocabulary.decay)
-        self.state = ModelState(self.n_topics, self._initial_alpha(), self.beta)
+        self.state = ModelState(self.n_topics, self._initial_alpha(), 1.0 / self.n_topics if self.beta is None
+                                else float(self.beta))
         # Alias seeds come from self.rng at call time (late binding: load_snapshot replaces self.rng).
         self.local_step = build_engine(o.engine, runner=lambda: ThreadRunner(self.threads),
                                        seed_source=lambda: int(self.rng.integers(1 << 62)))
@@ -482,7 +484,8 @@ def _check_top(n_topics, alpha, beta, init, init_smoothing) -> None:
          f"n_topics must be an integer >= 2 (got {n_topics!r})")
     need(alpha == "auto" or (isinstance(alpha, (int, float, np.integer, np.floating)) and alpha > 0),
          f"alpha must be > 0 or 'auto' (got {alpha!r})")
-    need(beta > 0, f"beta must be > 0 (got {beta!r})")
+    need(beta is None or (isinstance(beta, (int, float, np.integer, np.floating)) and beta > 0),
+         f"beta must be > 0 or None (1/K) (got {beta!r})")
     need(init in INITS, f"init must be one of {INITS} (got {init!r})")
     need(init_smoothing >= 0, f"init_smoothing must be >= 0 (got {init_smoothing!r})")
 

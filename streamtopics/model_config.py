@@ -43,7 +43,7 @@ FLAT_TO_TABLE = {flat: key for key, flat in TABLES.items()}
 SLOT_TABLES = ("engine", "update", "supervision", "text", "vocabulary")
 TOP_KEYS = ("n_topics", "alpha", "beta", "seed", "init", "init_smoothing", "threads", "prequential_window")
 # config value standing for the library's None / "auto"
-NONE_AS = {"alpha": 0.0, "corpus_size": 0, "memo_window": 0, "vocab_cap": 0, "table_draws": 0, "threads": 0,
+NONE_AS = {"alpha": 0.0, "beta": 0.0, "corpus_size": 0, "memo_window": 0, "vocab_cap": 0, "table_draws": 0, "threads": 0,
            "sup_c": 0.0, "sup_ell": 0.0, "sup_epsilon": 0.0, "sup_prior_var": 0.0, "sup_burn_in": -1,
            "sup_max_labels": 0, "supervision": "none"}
 
@@ -169,7 +169,7 @@ def model_from_config(m):
     from .model import TopicModel
 
     o = options(m)
-    return TopicModel(n_topics=m.n_topics, engine=o.engine, update=o.update, alpha=m.alpha or "auto", beta=m.beta,
+    return TopicModel(n_topics=m.n_topics, engine=o.engine, update=o.update, alpha=m.alpha or "auto", beta=m.beta or None,
                       seed=m.seed, supervision=o.supervision, text=o.text, vocabulary=o.vocabulary, init=m.init,
                       init_smoothing=m.init_smoothing, threads=m.threads or None)
 
