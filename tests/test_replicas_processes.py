@@ -31,6 +31,25 @@ from streamtopics.service.replication import digest  # noqa: E402
 
 PARTITIONS = 4
 READY_S = 300
+_STARTED: list = []
+
+
+@pytest.fixture(autouse=True)
+def _reap():
+    """Replica processes a failed test leaves behind (a frozen one too) are killed."""
+    yield
+    while _STARTED:
+        p = _STARTED.pop().p
+        if p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+            p.wait(10)
+
+
+def _proc(config: Path, log: Path) -> _Proc:
+    proc = _Proc(config, log)
+    _STARTED.append(proc)
+    return proc
 
 
 def _corpus() -> tuple[list[dict], list[str]]:
@@ -128,7 +147,7 @@ def test_three_replicas_one_killed_learn_one_model_exactly_once(broker, fresh_to
     def start(rid: str) -> _Proc:
         cfg = _write_toml(tmp_path / f"{rid}.toml",
                           _config(broker.bootstrap, topics, updates, group, tmp_path / f"snaps-{rid}", rid))
-        return _Proc(cfg, tmp_path / f"{rid}.log")
+        return _proc(cfg, tmp_path / f"{rid}.log")
 
     procs = {rid: start(rid) for rid in ("a", "b", "c")}
     for p in procs.values():
@@ -167,7 +186,7 @@ def test_three_replicas_one_killed_learn_one_model_exactly_once(broker, fresh_to
     topics1 = {"input": fresh_topic(partitions=PARTITIONS, prefix="in1"),
                "output": fresh_topic(partitions=PARTITIONS, prefix="out1"), "dead_letter": fresh_topic(prefix="dlq1")}
     upd1 = fresh_topic(prefix="upd1")
-    one = _Proc(_write_toml(tmp_path / "one.toml", _config(broker.bootstrap, topics1, upd1, f"g1-{group}",
+    one = _proc(_write_toml(tmp_path / "one.toml", _config(broker.bootstrap, topics1, upd1, f"g1-{group}",
                                                            tmp_path / "snaps-one", "one")), tmp_path / "one.log")
     one.wait_ready(READY_S)
     _stream(broker.bootstrap, topics1["input"], values, rate=600.0).join(300)  # paced as above
@@ -203,7 +222,7 @@ def test_a_paused_replica_comes_back_as_a_zombie_and_is_fenced(broker, fresh_top
     def start(rid: str) -> _Proc:
         cfg = _write_toml(tmp_path / f"{rid}.toml",
                           _config(broker.bootstrap, topics, updates, group, tmp_path / f"snaps-{rid}", rid))
-        return _Proc(cfg, tmp_path / f"{rid}.log")
+        return _proc(cfg, tmp_path / f"{rid}.log")
 
     procs = {rid: start(rid) for rid in ("a", "b")}
     for p in procs.values():
