@@ -1,11 +1,13 @@
 """The update log on Kafka: publish this replica's records, apply everybody's in log order.
 
 ``ReplicaSync`` pairs a ``replication.Replica`` with the update-log topic (one partition, so
-totally ordered): ``publish`` sends a record (split into parts when large) and waits for the
-broker's acknowledgement; ``catch_up`` reads the log from the replica's offset and applies
-every record in order (its own included, when they come back). ``bounded`` keeps a batch from
-being computed more than ``max_staleness`` records behind the log's end. The consumer is
-assigned the partition directly (no group): every replica reads all of it.
+totally ordered): ``publish`` sends a record (split into parts when large; the producer's
+thread delivers it); ``catch_up`` applies every record in log order from the replica's offset
+(its own included, when they come back). Reading - polling, decoding, reassembling parts - runs
+on an ``UpdateReader`` thread that hands decoded records over in log order; the loop's thread
+only applies them. ``bounded`` keeps a batch from being computed more than ``max_staleness``
+records behind the log's end. The reader's consumer is assigned the partition directly (no
+group): every replica reads all of it.
 """
 from __future__ import annotations
 
@@ -13,13 +15,15 @@ import copy
 import logging
 import os
 import socket
+import threading
 import time
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from .replica_snapshots import SnapshotShipper
-from .replication import Assembler, Replica, Source, UpdateRecord, decode, encode
+from .replication import Replica, Source, UpdateRecord, encode
 from .session import log_reader_kwargs, log_writer_kwargs
+from .update_reader import Fetched, UpdateReader
 
 __all__ = ["ReplicaMode", "ReplicaSync"]
 
@@ -37,9 +41,10 @@ class ReplicaSync:
         self.telemetry = telemetry
         self._tick = tick
         self.tp = TopicPartition(self.rc.updates_topic, 0)
-        self._consumer: KafkaConsumer | None = None
+        self._reader: UpdateReader | None = None
+        self._ends: KafkaConsumer | None = None
+        self._ends_lock = threading.Lock()
         self._producer: KafkaProducer | None = None
-        self._assembler = Assembler()
         self._end = 0
         self.published = 0
         self.failed: list[UpdateRecord] = []  # records the broker refused (appended by the producer thread)
@@ -82,15 +87,20 @@ class ReplicaSync:
         if problem:
             log.error(problem)
         k = self.cfg.kafka
-        self._consumer = KafkaConsumer(**log_reader_kwargs(k, max(1048576, 2 * self.rc.max_record_bytes)))
-        self._consumer.assign([self.tp])
-        self._consumer.seek(self.tp, self.replica.offset)
+        reader_kw = log_reader_kwargs(k, max(1048576, 2 * self.rc.max_record_bytes))
+        # Reading (poll, decode, reassembling parts) runs on the reader's thread; the log's end
+        # for catch_up is asked by a consumer of its own (a KafkaConsumer is not thread-safe).
+        self._reader = UpdateReader(lambda: KafkaConsumer(**reader_kw), self.tp, self.replica.offset)
+        self._reader.start()
+        self._ends = KafkaConsumer(**reader_kw)
         self._producer = KafkaProducer(**log_writer_kwargs(k, max(1048576, self.rc.max_record_bytes + 65536)))
 
     # -- the log's end and applying --------------------------------------------------------
 
     def end_offset(self) -> int:
-        self._end = int(self._consumer.end_offsets([self.tp])[self.tp])
+        """The log's end now (a round trip to the broker; safe from any thread)."""
+        with self._ends_lock:
+            self._end = int(self._ends.end_offsets([self.tp])[self.tp])
         return self._end
 
     def catch_up(self, until: int | None = None, timeout_s: float = 30.0) -> int:
@@ -103,49 +113,51 @@ class ReplicaSync:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"update log: at offset {self.replica.offset}, waiting for {target}")
             self._tick()
-            batches = self._consumer.poll(timeout_ms=200, max_records=64)
-            for msg in batches.get(self.tp, []):
-                if msg.offset < self.replica.offset:
-                    continue
-                n += self._apply_message(msg)
+            item = self._reader.take(timeout_s=0.2)
+            if item is not None:
+                n += self._apply(item)
+            elif not self._reader.alive:
+                self._reader.start()  # it died (logged): again from where it stopped
         self.telemetry.on_update_lag(max(0, self._end - self.replica.offset))
         return n
 
-    def apply_fetched(self) -> int:
-        """Apply what the log reader has fetched already, without waiting for more."""
+    def apply_fetched(self, max_records: int = 256) -> int:
+        """Apply what the reader has decoded already, without waiting for more."""
         n = 0
-        for msg in self._consumer.poll(timeout_ms=0, max_records=256).get(self.tp, []):
-            if msg.offset >= self.replica.offset:
-                n += self._apply_message(msg)
-        hw = self._consumer.highwater(self.tp)
-        if hw is not None:
-            self._end = max(self._end, int(hw))
+        for _ in range(max_records):
+            item = self._reader.take()
+            if item is None:
+                break
+            n += self._apply(item)
+        if not self._reader.alive:
+            self._reader.start()
+        self._end = max(self._end, self._reader.highwater)
         self.telemetry.on_update_lag(max(0, self._end - self.replica.offset))
         return n
 
-    def _apply_message(self, msg) -> int:
-        try:
-            part, i, parts = decode(msg.value)
-        except ValueError as exc:  # not ours: skipped identically by every replica
-            log.error("update log: skipping a message that is not an update record",
-                      extra={"offset": msg.offset, "error": str(exc)})
-            self.replica.offset = msg.offset + 1
+    def _apply(self, item: Fetched) -> int:
+        """One message from the reader, in log order: a whole record is applied at its offset;
+        a part (its record completes later) or a message that is not a record only moves the
+        offset on."""
+        if item.offset < self.replica.offset:
             return 0
-        rec = self._assembler.add(part, i, parts)
-        if rec is None:  # a part: the record applies at the offset of its last part
-            self.replica.offset = msg.offset + 1
+        if item.record is None:
+            if item.error is not None:  # not ours: skipped identically by every replica
+                log.error("update log: skipping a message that is not an update record",
+                          extra={"offset": item.offset, "error": item.error})
+            self.replica.offset = item.offset + 1
             return 0
         t0 = time.perf_counter()
-        applied = self.replica.apply(rec, msg.offset)
+        applied = self.replica.apply(item.record, item.offset)
         self.telemetry.on_update_applied(time.perf_counter() - t0, applied)
         return 1
 
     def bounded(self) -> None:
         """Apply the log until this replica is at most ``max_staleness`` records behind its end
-        (the end as the last fetch saw it: no round trip per batch)."""
+        (the end as the reader's last fetch saw it: no round trip per batch; no wait unless the
+        bound forces one)."""
         self.apply_fetched()
-        hw = self._consumer.highwater(self.tp)
-        end = int(hw) if hw is not None else self.end_offset()
+        end = self._end
         if end - self.replica.offset > self.rc.max_staleness:
             self.catch_up(end - self.rc.max_staleness)
         self.telemetry.on_staleness(max(0, end - self.replica.offset))
@@ -177,13 +189,15 @@ class ReplicaSync:
                 self._producer.flush(timeout=30)
 
     def close(self) -> None:
-        for c in (self._consumer, self._producer):
+        if self._reader is not None:
+            self._reader.close()
+        for c in (self._ends, self._producer):
             if c is not None:
                 try:
                     c.close()
                 except Exception:  # noqa: BLE001 - closing
                     pass
-        self._consumer = self._producer = None
+        self._reader = self._ends = self._producer = None
 
 
 class ReplicaMode:
