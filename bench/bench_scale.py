@@ -115,6 +115,15 @@ def _partitions(url: str) -> list[int]:
         return []
 
 
+def _cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, TypeError):
+        return 0.0
+
+
 def run(broker, values: list[bytes], n_replicas: int, enabled: bool, tmp: Path) -> dict:
     """Docs/s of ``n_replicas`` daemon processes, started and assigned before the stream arrives."""
     tag = uuid.uuid4().hex[:8]
@@ -139,12 +148,16 @@ def run(broker, values: list[bytes], n_replicas: int, enabled: bool, tmp: Path) 
             if all(parts) and sorted(p for ps in parts for p in ps) == list(range(PARTITIONS)):
                 break
             time.sleep(0.2)
+        pids = [pr.pid for pr in procs]
+        cpu0 = [_cpu_seconds(pid) for pid in pids] + [_cpu_seconds(broker.pid), _cpu_seconds(os.getpid())]
         p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=20)
         for i, v in enumerate(values):
             p.send(topics["input"], v, partition=i % PARTITIONS)
         p.flush(timeout=120)
         p.close()
         preds = _read(broker.bootstrap, topics["output"], len(values), timeout_s=900)
+        cpu1 = [_cpu_seconds(pid) for pid in pids] + [_cpu_seconds(broker.pid), _cpu_seconds(os.getpid())]
+        load = os.getloadavg()[0]
     finally:
         for pr in procs:
             pr.terminate()
@@ -155,7 +168,11 @@ def run(broker, values: list[bytes], n_replicas: int, enabled: bool, tmp: Path) 
     span = ts[-1] - ts[0]
     return {"replicas": n_replicas, "log": enabled, "docs": len(preds), "seconds": round(span, 2),
             "docs_per_s": round(len(preds) / span, 1),
-            "log_bytes_per_doc": round(sum(len(r.value) for r in upd) / len(values), 1) if upd else None}
+            "log_bytes_per_doc": round(sum(len(r.value) for r in upd) / len(values), 1) if upd else None,
+            # CPU while the stream ran, per document: the replicas, the broker, this script's clients
+            "cpu_ms_per_doc": round(1e3 * sum(b - a for a, b in zip(cpu0[:-2], cpu1[:-2])) / len(preds), 3),
+            "broker_cpu_ms_per_doc": round(1e3 * (cpu1[-2] - cpu0[-2]) / len(preds), 3),
+            "client_cpu_ms_per_doc": round(1e3 * (cpu1[-1] - cpu0[-1]) / len(preds), 3), "load1": round(load, 2)}
 
 
 def costs(texts: list[str], batch: int = 256) -> dict:
@@ -184,6 +201,10 @@ def costs(texts: list[str], batch: int = 256) -> dict:
     c, a = c_s / n_c, a_s / n_a
     return {"compute_s_per_batch": round(c, 4), "apply_s_per_update": round(a, 4),
             "record_bytes_per_doc": round(nbytes / len(texts), 1), "saturation_replicas": round((c + a) / a, 1)}
+
+
+def _cpu_per_doc(r: dict) -> float:
+    return r["cpu_ms_per_doc"] + r["broker_cpu_ms_per_doc"] + r["client_cpu_ms_per_doc"]
 
 
 def model_speedup(n: int, c: float, a: float) -> float:
@@ -223,16 +244,26 @@ def main() -> None:
         off, one, two = (median(rounds[k]) for k in ((1, False), (1, True), (2, True)))
         for key, rs in rounds.items():
             print(f"  rounds {key[0]} replica(s), log {'on' if key[1] else 'off'}: "
-                  + ", ".join(f"{r['docs_per_s']:,.0f}" for r in rs) + " docs/s")
+                  + ", ".join(f"{r['docs_per_s']:,.0f}" for r in rs) + " docs/s (load average "
+                  + ", ".join(f"{r['load1']:.1f}" for r in rs) + ")")
     s_meas = two["docs_per_s"] / one["docs_per_s"]
     s_model = model_speedup(2, k["compute_s_per_batch"], k["apply_s_per_update"])
     for r in (off, one, two):
         print(f"  {r['replicas']} replica(s), update log {'on ' if r['log'] else 'off'}: "
               f"{r['docs_per_s']:8,.0f} docs/s ({r['docs']:,} docs in {r['seconds']:.1f} s)"
-              + (f", {r['log_bytes_per_doc']:,.0f} log bytes/doc" if r["log_bytes_per_doc"] else ""))
+              + (f", {r['log_bytes_per_doc']:,.0f} log bytes/doc" if r["log_bytes_per_doc"] else "")
+              + f"; CPU ms/doc: replicas {r['cpu_ms_per_doc']:.2f}, broker {r['broker_cpu_ms_per_doc']:.2f}, "
+                f"bench clients {r['client_cpu_ms_per_doc']:.2f} ({r['docs_per_s'] * _cpu_per_doc(r) / 1e3:.2f} cores busy)")
     print(f"  1 replica with the log vs without: {one['docs_per_s'] / off['docs_per_s']:.2f}x (target >= 0.90)")
     print(f"  2 replicas vs 1: measured {s_meas:.2f}x, model {s_model:.2f}x (target >= 1.7x)")
+    # What this machine's cores allow: 2 replicas, the broker and this script's clients need
+    # _cpu_per_doc ms of CPU per document, so the cores cannot make more documents per second.
+    cores = os.cpu_count() or 1
+    bound = cores * 1e3 / _cpu_per_doc(two) / one["docs_per_s"]
+    print(f"  CPU bound on this machine ({cores} cores / the CPU per document of 2 replicas, broker and clients): "
+          f"2 replicas vs 1 <= {bound:.2f}x")
     out = {"costs": k, "runs": [off, one, two], "speedup_2": round(s_meas, 3), "model_speedup_2": round(s_model, 3),
+           "cpu_bound_speedup_2": round(bound, 3), "rounds": {f"{n}-{'on' if e else 'off'}": rs for (n, e), rs in rounds.items()},
            "log_on_vs_off": round(one["docs_per_s"] / off["docs_per_s"], 3)}
     res = ROOT / "bench" / "results"
     res.mkdir(exist_ok=True)

@@ -1,8 +1,8 @@
 """The update log on Kafka: publish this replica's records, apply everybody's in log order.
 
 ``ReplicaSync`` pairs a ``replication.Replica`` with the update-log topic (one partition, so
-totally ordered): ``publish`` sends a record (split into parts when large; the producer's
-thread delivers it); ``catch_up`` applies every record in log order from the replica's offset
+totally ordered): ``publish`` queues a record for an ``UpdateWriter`` thread, which encodes it
+(split into parts when large) and hands it to the producer; ``catch_up`` applies every record in log order from the replica's offset
 (its own included, when they come back). Reading - polling, decoding, reassembling parts - runs
 on an ``UpdateReader`` thread that hands decoded records over in log order; the loop's thread
 only applies them. ``bounded`` keeps a batch from being computed more than ``max_staleness``
@@ -21,9 +21,9 @@ import time
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from .replica_snapshots import SnapshotShipper
-from .replication import Replica, Source, UpdateRecord, encode
+from .replication import Replica, Source, UpdateRecord
 from .session import log_reader_kwargs, log_writer_kwargs
-from .update_reader import Fetched, UpdateReader
+from .update_log import Fetched, UpdateReader, UpdateWriter
 
 __all__ = ["ReplicaMode", "ReplicaSync"]
 
@@ -94,6 +94,7 @@ class ReplicaSync:
         self._reader.start()
         self._ends = KafkaConsumer(**reader_kw)
         self._producer = KafkaProducer(**log_writer_kwargs(k, max(1048576, self.rc.max_record_bytes + 65536)))
+        self._writer = UpdateWriter(self._producer, self.tp.topic, self.rc.max_record_bytes, self._on_send_error)
 
     # -- the log's end and applying --------------------------------------------------------
 
@@ -165,14 +166,14 @@ class ReplicaSync:
     # -- publishing ------------------------------------------------------------------------
 
     def publish(self, rec: UpdateRecord) -> None:
-        """Send the record's parts (the producer's thread delivers them; ``flush`` waits). A part
-        the broker refuses puts the record back in ``failed``, sent again by ``retry``: a hole in
-        a partition's coverage would leave its documents unlearned."""
-        for raw in encode(rec, self.rc.max_record_bytes):
-            self._producer.send(self.tp.topic, value=raw, partition=0).add_errback(self._on_send_error, rec)
+        """Queue the record for the log (the writer's thread encodes and sends it, the producer's
+        delivers it; ``flush`` waits). A part the broker refuses puts the record back in
+        ``failed``, sent again by ``retry``: a hole in a partition's coverage would leave its
+        documents unlearned."""
+        self._writer.send(rec)
         self.published += 1
 
-    def _on_send_error(self, rec: UpdateRecord, exc) -> None:  # producer thread
+    def _on_send_error(self, rec: UpdateRecord, exc) -> None:  # producer or writer thread
         log.error("update log: a record was not delivered; sending it again", extra={"error": repr(exc)})
         self.failed.append(rec)
 
@@ -183,21 +184,25 @@ class ReplicaSync:
     def flush(self) -> None:
         """Wait until every record sent is in the log (and resend refused ones)."""
         if self._producer is not None:
+            self._writer.drain(30)
             self._producer.flush(timeout=30)
             if self.failed:
                 self.retry()
+                self._writer.drain(30)
                 self._producer.flush(timeout=30)
 
     def close(self) -> None:
         if self._reader is not None:
             self._reader.close()
+        if self._writer is not None:
+            self._writer.close()
         for c in (self._ends, self._producer):
             if c is not None:
                 try:
                     c.close()
                 except Exception:  # noqa: BLE001 - closing
                     pass
-        self._reader = self._ends = self._producer = None
+        self._reader = self._ends = self._producer = self._writer = None
 
 
 class ReplicaMode:

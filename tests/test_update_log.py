@@ -1,4 +1,4 @@
-"""The update log's reader thread (service/update_reader.py) on a real broker.
+"""The update log's reader thread (service/update_log.py) on a real broker.
 
 The loop of a replica no longer polls the update log itself: a reader thread fetches, decodes
 and reassembles split records and hands them over in log order. What must not change is what
@@ -22,7 +22,7 @@ from streamtopics.config import Config
 from streamtopics.corpora import load_reuters_r8
 from streamtopics.service.replica_sync import ReplicaSync
 from streamtopics.service.replication import Replica, Source, decode, digest, encode
-from streamtopics.service.update_reader import UpdateReader
+from streamtopics.service.update_log import UpdateReader
 
 K = 12
 SPLIT = 65536  # the smallest max_record_bytes: the summary records of 300 documents come in parts
@@ -142,3 +142,33 @@ def test_the_reader_stops_while_waiting_for_the_loop_to_take_its_records(broker,
     assert time.monotonic() - t0 < 5
     assert not reader.alive and not _reader_threads()
     assert reader.take().offset == 0  # what it handed over stays there
+
+
+def test_records_published_through_the_writer_thread_reach_the_log_in_order(broker, fresh_topic, records):
+    topic = fresh_topic(prefix="upd")
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap},
+                            "replication": {"enabled": True, "updates_topic": topic, "max_record_bytes": SPLIT}},
+                           env={})
+    writer = ReplicaSync(cfg, Replica(TopicModel(n_topics=K, seed=3, threads=1)), _Telemetry())
+    writer.connect()
+    try:
+        for rec in records:
+            writer.publish(rec)
+        writer.flush()  # every record queued is in the log now
+        n_parts = sum(len(encode(r, SPLIT)) for r in records)
+        assert writer.end_offset() == n_parts and writer.published == 3 and not writer.failed
+    finally:
+        writer.close()
+    assert not [t for t in threading.enumerate() if t.name == "streamtopics-update-writer"]
+    reader = ReplicaSync(cfg, Replica(TopicModel(n_topics=K, seed=3, threads=1)), _Telemetry())
+    reference = Replica(TopicModel(n_topics=K, seed=3, threads=1))
+    at = -1
+    for rec in records:
+        at += len(encode(rec, SPLIT))
+        reference.apply(decode(encode(rec)[0])[0], at)
+    reader.connect()
+    try:
+        assert reader.catch_up(timeout_s=30) == 3
+        assert digest(reader.replica.model) == digest(reference.model)
+    finally:
+        reader.close()

@@ -1,4 +1,4 @@
-"""The update log's reader thread: fetch, decode and reassemble records off the daemon's loop.
+"""The update log's reader and writer threads: Kafka's side of a replica, off the daemon's loop.
 
 kafka-python's consumer parses fetched records inside ``poll()``, in the caller's thread, and
 every ``poll()`` hands its next fetch request to the client's IO thread and waits until that
@@ -10,18 +10,24 @@ log's one partition and runs it on its own thread: it polls, decodes every messa
 results to the loop **in log order** through a bounded queue, one ``Fetched`` per message. The
 loop only applies them (``ReplicaSync``); nothing here touches the model, so what is applied,
 and in which order, is what the loop read itself before.
+
+``UpdateWriter`` encodes this replica's records (msgpack, split into parts when large) and hands
+them to the producer on its own thread too: the loop only queues a record once its batch's
+predictions are acknowledged (that order is what makes a kill -9 safe, and it is kept: a record
+still queued when the process dies is lost exactly like one still in the producer's buffer).
 """
 from __future__ import annotations
 
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .replication import Assembler, UpdateRecord, decode
+from .replication import Assembler, UpdateRecord, decode, encode
 
-__all__ = ["Fetched", "UpdateReader"]
+__all__ = ["Fetched", "UpdateReader", "UpdateWriter"]
 
 log = logging.getLogger("streamtopics.daemon")
 
@@ -154,6 +160,61 @@ class UpdateReader:
             except queue.Full:
                 continue
         return False
+
+
+class UpdateWriter:
+    """See the module docstring. ``producer``: a KafkaProducer (thread-safe); ``on_error(rec,
+    exc)`` runs on the producer's thread for a record the broker refused."""
+
+    def __init__(self, producer, topic: str, max_bytes: int, on_error: Callable) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._max_bytes = int(max_bytes)
+        self._on_error = on_error
+        self._queue: queue.Queue[UpdateRecord] = queue.Queue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def send(self, rec: UpdateRecord) -> None:
+        """Queue the record (it is encoded and sent on the writer's thread)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="streamtopics-update-writer", daemon=True)
+            self._thread.start()
+        self._queue.put(rec)
+
+    def drain(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every queued record is in the producer's hands (True), or ``timeout_s`` passed."""
+        q = self._queue
+        deadline = time.monotonic() + timeout_s
+        with q.all_tasks_done:
+            while q.unfinished_tasks:
+                left = deadline - time.monotonic()
+                if left <= 0 or not (self._thread is not None and self._thread.is_alive()):
+                    return False
+                q.all_tasks_done.wait(min(left, 0.2))
+        return True
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Hand what is queued to the producer, then stop the thread."""
+        self.drain(timeout_s)
+        self._stop.set()
+        t, self._thread = self._thread, None
+        if t is not None:
+            t.join(timeout_s)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                rec = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            try:
+                for raw in encode(rec, self._max_bytes):
+                    self._producer.send(self._topic, value=raw, partition=0).add_errback(self._on_error, rec)
+            except Exception as exc:  # noqa: BLE001 - the producer closed or failing: sent again by retry
+                self._on_error(rec, exc)
+            finally:
+                self._queue.task_done()
 
 
 def _close(consumer) -> None:
