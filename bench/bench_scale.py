@@ -143,11 +143,17 @@ def run(broker, values: list[bytes], n_replicas: int, enabled: bool, tmp: Path) 
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:  # every replica assigned, every partition owned
+            dead = [(pr, path) for pr, path in zip(procs, logs) if pr.poll() is not None]
+            if dead:
+                raise RuntimeError(f"a replica exited at start (status {dead[0][0].returncode}); its log ends:\n"
+                                   + dead[0][1].read_text(errors="replace")[-2000:])
             urls = [_metrics_url(p) for p in logs]
             parts = [_partitions(u) if u else [] for u in urls]
             if all(parts) and sorted(p for ps in parts for p in ps) == list(range(PARTITIONS)):
                 break
             time.sleep(0.2)
+        else:
+            raise RuntimeError("the replicas were not assigned every partition within 300 s")
         pids = [pr.pid for pr in procs]
         cpu0 = [_cpu_seconds(pid) for pid in pids] + [_cpu_seconds(broker.pid), _cpu_seconds(os.getpid())]
         p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=20)
