@@ -2,12 +2,12 @@
 
 ``ReplicaSync`` pairs a ``replication.Replica`` with the update-log topic (one partition, so
 totally ordered): ``publish`` queues a record for an ``UpdateWriter`` thread, which encodes it
-(split into parts when large) and hands it to the producer; ``catch_up`` applies every record in log order from the replica's offset
-(its own included, when they come back). Reading - polling, decoding, reassembling parts - runs
-on an ``UpdateReader`` thread that hands decoded records over in log order; the loop's thread
-only applies them. ``bounded`` keeps a batch from being computed more than ``max_staleness``
-records behind the log's end. The reader's consumer is assigned the partition directly (no
-group): every replica reads all of it.
+(split into parts when large) and hands it to the producer; ``catch_up`` applies every record
+in log order from the replica's offset (its own included, when they come back). Reading -
+polling, decoding, reassembling parts - runs on an ``UpdateReader`` thread that hands decoded
+records over in log order; the loop's thread only applies them. ``bounded`` keeps a batch from
+being computed more than ``max_staleness`` records behind the log's end. The reader's consumer
+is assigned the partition directly (no group): every replica reads all of it.
 """
 from __future__ import annotations
 
@@ -34,8 +34,10 @@ class ReplicaSync:
     """See the module docstring. ``telemetry`` gets ``on_update_applied``, ``on_update_lag`` and
     ``on_staleness``; ``tick()`` is the loop's heartbeat while waiting on the log."""
 
-    def __init__(self, cfg, replica: Replica, telemetry, tick=lambda: None) -> None:
+    def __init__(self, cfg, replica: Replica, telemetry, tick=lambda: None,
+                 gil_free: threading.Event | None = None) -> None:
         self.cfg = cfg
+        self._gil_free = gil_free
         self.rc = cfg.replication
         self.replica = replica
         self.telemetry = telemetry
@@ -156,12 +158,21 @@ class ReplicaSync:
     def bounded(self) -> None:
         """Apply the log until this replica is at most ``max_staleness`` records behind its end
         (the end as the reader's last fetch saw it: no round trip per batch; no wait unless the
-        bound forces one)."""
-        self.apply_fetched()
-        end = self._end
-        if end - self.replica.offset > self.rc.max_staleness:
-            self.catch_up(end - self.rc.max_staleness)
-        self.telemetry.on_staleness(max(0, end - self.replica.offset))
+        bound forces one). Applying is GIL-bound: the daemon's GIL-free flag, which the batch
+        processor sets before computing, is cleared meanwhile, so its read-ahead and publisher
+        threads do not take the GIL from it (measured: 5-7 ms of waiting per batch)."""
+        free = self._gil_free is not None and self._gil_free.is_set()
+        if free:
+            self._gil_free.clear()
+        try:
+            self.apply_fetched()
+            end = self._end
+            if end - self.replica.offset > self.rc.max_staleness:
+                self.catch_up(end - self.rc.max_staleness)
+            self.telemetry.on_staleness(max(0, end - self.replica.offset))
+        finally:
+            if free:
+                self._gil_free.set()
 
     # -- publishing ------------------------------------------------------------------------
 
@@ -209,11 +220,13 @@ class ReplicaMode:
     """The daemon's replica mode: join the update log, compute-and-publish batches, apply the
     log between batches, and say in snapshots which update offset the model is at."""
 
-    def __init__(self, cfg, telemetry, checkpoints, tick=lambda: None) -> None:
+    def __init__(self, cfg, telemetry, checkpoints, tick=lambda: None,
+                 gil_free: threading.Event | None = None) -> None:
         self.cfg = cfg
         self.telemetry = telemetry
         self.checkpoints = checkpoints
         self._tick = tick
+        self._gil_free = gil_free  # the daemon's flag: set while its loop may leave the GIL to others
         self.replica_id = cfg.replication.replica_id or f"{socket.gethostname()}-{os.getpid()}"
         self.replica: Replica | None = None
         self.sync: ReplicaSync | None = None
@@ -242,7 +255,7 @@ class ReplicaMode:
         info = getattr(model, "snapshot_info", None) or {}
         offset = int(((info.get("extra") or {}).get("daemon") or {}).get("update_offset", 0))
         self.replica = Replica(model, offset=offset, ledger=ledger)
-        self.sync = ReplicaSync(self.cfg, self.replica, self.telemetry, tick=self._tick)
+        self.sync = ReplicaSync(self.cfg, self.replica, self.telemetry, tick=self._tick, gil_free=self._gil_free)
         self.sync.connect()
         n = self.sync.catch_up(timeout_s=600.0)
         log.info("replica joined the update log", extra={
