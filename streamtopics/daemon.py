@@ -103,7 +103,7 @@ class Daemon:
         self.session = KafkaSession(cfg, self.telemetry, stop=self._stop, gil_free=self._gil_free,
                                     tick=self._tick, point=self.hooks.point)
         # replicas (docs/scale-out.md): the model learns only from the update log
-        self.replicas = ReplicaMode(cfg, self.telemetry, self.checkpoints, tick=self._tick) \
+        self.replicas = ReplicaMode(cfg, self.telemetry, self.checkpoints, tick=self._tick, gil_free=self._gil_free) \
             if cfg.replication.enabled else None
         self.processor = BatchProcessor(cfg.model.supervision, point=self.hooks.point, gil_free=self._set_gil_free,
                                         prefetch=lambda: self.session.consumer.prefetch(),

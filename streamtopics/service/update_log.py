@@ -1,0 +1,225 @@
+"""The update log's reader and writer threads: Kafka's side of a replica, off the daemon's loop.
+
+kafka-python's consumer parses fetched records inside ``poll()``, in the caller's thread, and
+every ``poll()`` hands its next fetch request to the client's IO thread and waits until that
+thread has run it. On the daemon's loop that cost 10-20 ms of waiting per batch (measured with
+one replica at one core: the IO thread waits for the GIL behind the read-ahead and publisher
+threads) before anything was applied. ``UpdateReader`` owns a consumer assigned to the update
+log's one partition and runs it on its own thread: it polls, decodes every message
+(``replication.decode``), puts split records back together (``Assembler``) and hands the
+results to the loop **in log order** through a bounded queue, one ``Fetched`` per message. The
+loop only applies them (``ReplicaSync``); nothing here touches the model, so what is applied,
+and in which order, is what the loop read itself before.
+
+``UpdateWriter`` encodes this replica's records (msgpack, split into parts when large) and hands
+them to the producer on its own thread too: the loop only queues a record once its batch's
+predictions are acknowledged (that order is what makes a kill -9 safe, and it is kept: a record
+still queued when the process dies is lost exactly like one still in the producer's buffer).
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .replication import Assembler, UpdateRecord, decode, encode
+
+__all__ = ["Fetched", "UpdateReader", "UpdateWriter"]
+
+log = logging.getLogger("streamtopics.daemon")
+
+_RECREATE_AFTER = 5  # consecutive poll failures before the consumer is built again
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """One update-log message, decoded: ``record`` is the whole record that completes at
+    ``offset`` (None: a part of a split record still incomplete, or not an update record, in
+    which case ``error`` says why)."""
+
+    offset: int
+    record: UpdateRecord | None
+    error: str | None = None
+
+
+class UpdateReader:
+    """See the module docstring. ``make_consumer()`` builds a KafkaConsumer (no group); the
+    reader assigns it ``tp`` and seeks to ``start``. ``take`` is for the one applying thread."""
+
+    def __init__(self, make_consumer: Callable[[], object], tp, start: int, max_items: int = 16,
+                 poll_ms: int = 200) -> None:
+        self._make = make_consumer
+        self.tp = tp
+        self.position = int(start)   # the next offset to hand over (read by the reader thread)
+        self.highwater = int(start)  # the log's end as the newest fetch saw it
+        self._queue: queue.Queue[Fetched] = queue.Queue(maxsize=max(1, max_items))
+        self._assembler = Assembler()
+        self._poll_ms = int(poll_ms)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failures = 0            # consecutive poll failures
+        self.last_error: str | None = None
+
+    # -- the loop's side ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the thread (again, after it died: from the next offset to hand over, with the
+        parts of split records it holds)."""
+        if not self.alive and not self._stop.is_set():
+            self._thread = threading.Thread(target=self._run, name="streamtopics-update-reader", daemon=True)
+            self._thread.start()
+
+    def take(self, timeout_s: float = 0.0) -> Fetched | None:
+        """The next message in log order, waiting up to ``timeout_s`` (0: only what is decoded)."""
+        try:
+            return self._queue.get(timeout=timeout_s) if timeout_s > 0 else self._queue.get_nowait()
+        except queue.Empty:
+            return None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop the thread (it closes its consumer) and wait for it."""
+        self._stop.set()
+        t, self._thread = self._thread, None
+        if t is not None:
+            t.join(timeout_s)
+            if t.is_alive():
+                log.warning("update log reader did not stop in time")
+
+    # -- the reader thread ----------------------------------------------------------------
+
+    def _connect(self):
+        consumer = self._make()
+        consumer.assign([self.tp])
+        consumer.seek(self.tp, self.position)
+        return consumer
+
+    def _run(self) -> None:
+        consumer = None
+        try:
+            while not self._stop.is_set():
+                if consumer is None:
+                    consumer = self._try(self._connect)
+                    if consumer is None:
+                        continue
+                fetched = self._try(lambda: consumer.poll(timeout_ms=self._poll_ms, max_records=64))
+                if fetched is None:
+                    if self.failures >= _RECREATE_AFTER:  # built again, from the next offset to hand over
+                        _close(consumer)
+                        consumer = None
+                    continue
+                for msg in fetched.get(self.tp, []):
+                    if msg.offset < self.position:  # read again after a re-seek
+                        continue
+                    if not self._put(self._decode(msg)):
+                        return
+                    self.position = msg.offset + 1
+                hw = consumer.highwater(self.tp)
+                if hw is not None:
+                    self.highwater = max(self.highwater, int(hw), self.position)
+        except Exception as exc:  # noqa: BLE001 - never die silently: the loop sees ``alive`` False
+            self.last_error = repr(exc)
+            log.exception("update log reader failed", extra={"error": repr(exc)})
+        finally:
+            if consumer is not None:
+                _close(consumer)
+
+    def _try(self, fn):
+        """``fn()``, or None after a failure (logged; waits with backoff)."""
+        try:
+            out = fn()
+            self.failures = 0
+            return out
+        except Exception as exc:  # noqa: BLE001 - the broker away: again after a pause
+            self.failures += 1
+            self.last_error = repr(exc)
+            log.warning("update log: reading failed; retrying", extra={"error": repr(exc),
+                                                                        "consecutive": self.failures})
+            self._stop.wait(min(5.0, 0.1 * 2 ** min(self.failures, 6)))
+            return None
+
+    def _decode(self, msg) -> Fetched:
+        try:
+            part, i, parts = decode(msg.value)
+        except ValueError as exc:  # not ours: skipped identically by every replica
+            return Fetched(msg.offset, None, str(exc))
+        return Fetched(msg.offset, self._assembler.add(part, i, parts))
+
+    def _put(self, item: Fetched) -> bool:
+        """Into the queue, waiting while it is full (the loop applies slower than the log grows)."""
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+
+class UpdateWriter:
+    """See the module docstring. ``producer``: a KafkaProducer (thread-safe); ``on_error(rec,
+    exc)`` runs on the producer's thread for a record the broker refused."""
+
+    def __init__(self, producer, topic: str, max_bytes: int, on_error: Callable) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._max_bytes = int(max_bytes)
+        self._on_error = on_error
+        self._queue: queue.Queue[UpdateRecord] = queue.Queue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def send(self, rec: UpdateRecord) -> None:
+        """Queue the record (it is encoded and sent on the writer's thread)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="streamtopics-update-writer", daemon=True)
+            self._thread.start()
+        self._queue.put(rec)
+
+    def drain(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every queued record is in the producer's hands (True), or ``timeout_s`` passed."""
+        q = self._queue
+        deadline = time.monotonic() + timeout_s
+        with q.all_tasks_done:
+            while q.unfinished_tasks:
+                left = deadline - time.monotonic()
+                if left <= 0 or not (self._thread is not None and self._thread.is_alive()):
+                    return False
+                q.all_tasks_done.wait(min(left, 0.2))
+        return True
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Hand what is queued to the producer, then stop the thread."""
+        self.drain(timeout_s)
+        self._stop.set()
+        t, self._thread = self._thread, None
+        if t is not None:
+            t.join(timeout_s)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                rec = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            try:
+                for raw in encode(rec, self._max_bytes):
+                    self._producer.send(self._topic, value=raw, partition=0).add_errback(self._on_error, rec)
+            except Exception as exc:  # noqa: BLE001 - the producer closed or failing: sent again by retry
+                self._on_error(rec, exc)
+            finally:
+                self._queue.task_done()
+
+
+def _close(consumer) -> None:
+    try:
+        consumer.close()
+    except Exception:  # noqa: BLE001 - closing
+        pass
+

@@ -1,0 +1,174 @@
+"""The update log's reader thread (service/update_log.py) on a real broker.
+
+The loop of a replica no longer polls the update log itself: a reader thread fetches, decodes
+and reassembles split records and hands them over in log order. What must not change is what
+gets applied and in which order: a record split into parts applies at the offset of its last
+part, after every record that completed before it, and a message that is not a record is
+skipped, so a replica reading through the thread ends bit-identical to one applying the same
+log in-process. And the thread must end when the replica closes, also while it waits for the
+loop to take what it decoded.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from streamtopics import TopicModel
+from streamtopics.config import Config
+from streamtopics.corpora import load_reuters_r8
+from streamtopics.service.replica_sync import ReplicaSync
+from streamtopics.service.replication import Replica, Source, decode, digest, encode
+from streamtopics.service.update_log import UpdateReader
+
+K = 12
+SPLIT = 65536  # the smallest max_record_bytes: the summary records of 300 documents come in parts
+
+
+@pytest.fixture(scope="module")
+def records():
+    """Three update records (a first "batch" record, then two summaries) computed by one replica."""
+    tok = TopicModel(n_topics=K).tokenizer
+    tokens = [t for t in (tok(d.text) for d in load_reuters_r8("train")[:1000]) if t][:900]
+    rep = Replica(TopicModel(n_topics=K, seed=3, threads=1))
+    out = []
+    for i, j in enumerate(range(0, 900, 300)):
+        rec, _ = rep.compute(tokens[j:j + 300], Source("docs", 0, j, j + 300))
+        rep.apply(rec, i)
+        out.append(rec)
+    return out
+
+
+class _Telemetry:
+    def __init__(self) -> None:
+        self.applied = 0
+
+    def on_update_applied(self, seconds: float, applied: bool) -> None:
+        self.applied += 1
+
+    def on_update_lag(self, n: int) -> None:
+        pass
+
+    def on_staleness(self, n: int) -> None:
+        pass
+
+
+def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=4 * SPLIT)
+    for v in values:
+        p.send(topic, v, partition=0)
+    p.flush(timeout=30)
+    p.close(timeout=5)
+
+
+def _reader_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "streamtopics-update-reader"]
+
+
+def test_split_records_apply_whole_in_log_order_through_the_reader_thread(broker, fresh_topic, records):
+    topic = fresh_topic(prefix="upd")
+    first, one, two = records
+    parts_one = encode(one, SPLIT)
+    assert len(parts_one) >= 3, "the test needs a record split into parts"
+    # Log: first | one.0 | junk | two (all parts) | one.1 ... -> "two" completes, so applies, before "one".
+    log_values = encode(first, SPLIT) + parts_one[:1] + [b"not an update record"] + encode(two, SPLIT) + parts_one[1:]
+    _produce(broker.bootstrap, topic, log_values)
+    n_first, n_two = len(encode(first, SPLIT)), len(encode(two, SPLIT))
+    at_first = n_first - 1
+    at_two = n_first + 2 + n_two - 1
+    at_one = len(log_values) - 1
+
+    # the reader alone: one item per message, consecutive offsets, whole records where they complete
+    reader = UpdateReader(lambda: KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None,
+                                                auto_offset_reset="earliest", max_partition_fetch_bytes=4 * SPLIT),
+                          TopicPartition(topic, 0), start=0, max_items=2)
+    reader.start()
+    try:
+        items = []
+        deadline = time.monotonic() + 30
+        while len(items) < len(log_values) and time.monotonic() < deadline:
+            item = reader.take(timeout_s=0.2)
+            if item is not None:
+                items.append(item)
+    finally:
+        reader.close()
+    assert [it.offset for it in items] == list(range(len(log_values)))
+    whole = {it.offset: it.record for it in items if it.record is not None}
+    assert sorted(whole) == [at_first, at_two, at_one]
+    assert [it.offset for it in items if it.error is not None] == [n_first + 1]
+    got = whole[at_one]
+    for name in ("known", "indptr", "topics", "totals", "doc_ptr", "doc_topics"):
+        assert np.array_equal(getattr(got, name), getattr(one, name)), name
+    assert np.array_equal(got.values, one.values.astype(np.float16).astype(np.float64))  # float16 on the wire
+    assert got.new_words == one.new_words and got.rid == one.rid
+
+    # a replica reading the log through ReplicaSync ends where an in-process one does, bit for bit
+    reference = Replica(TopicModel(n_topics=K, seed=3, threads=1))
+    for offset, raw_rec in ((at_first, first), (at_two, two), (at_one, one)):
+        reference.apply(decode(encode(raw_rec)[0])[0], offset)  # the wire's float32 values
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap},
+                            "replication": {"enabled": True, "updates_topic": topic, "max_record_bytes": SPLIT}},
+                           env={})
+    telemetry = _Telemetry()
+    sync = ReplicaSync(cfg, Replica(TopicModel(n_topics=K, seed=3, threads=1)), telemetry)
+    sync.connect()
+    try:
+        assert sync.catch_up(timeout_s=30) == 3
+        assert sync.replica.offset == len(log_values) == sync.end_offset()
+        assert digest(sync.replica.model) == digest(reference.model)
+        assert sync.replica.applied == 3 and telemetry.applied == 3
+        assert _reader_threads()
+    finally:
+        sync.close()
+    assert not _reader_threads(), "the reader thread outlived ReplicaSync.close()"
+
+
+def test_the_reader_stops_while_waiting_for_the_loop_to_take_its_records(broker, fresh_topic, records):
+    topic = fresh_topic(prefix="upd")
+    _produce(broker.bootstrap, topic, [encode(r)[0] for r in records] * 3)
+    reader = UpdateReader(lambda: KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None,
+                                                auto_offset_reset="earliest"),
+                          TopicPartition(topic, 0), start=0, max_items=1)
+    reader.start()
+    deadline = time.monotonic() + 30
+    while reader.position < 1 and time.monotonic() < deadline:  # one handed over, the next one waiting
+        time.sleep(0.05)
+    assert reader.position == 1 and reader.alive
+    t0 = time.monotonic()
+    reader.close(timeout_s=10)
+    assert time.monotonic() - t0 < 5
+    assert not reader.alive and not _reader_threads()
+    assert reader.take().offset == 0  # what it handed over stays there
+
+
+def test_records_published_through_the_writer_thread_reach_the_log_in_order(broker, fresh_topic, records):
+    topic = fresh_topic(prefix="upd")
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap},
+                            "replication": {"enabled": True, "updates_topic": topic, "max_record_bytes": SPLIT}},
+                           env={})
+    writer = ReplicaSync(cfg, Replica(TopicModel(n_topics=K, seed=3, threads=1)), _Telemetry())
+    writer.connect()
+    try:
+        for rec in records:
+            writer.publish(rec)
+        writer.flush()  # every record queued is in the log now
+        n_parts = sum(len(encode(r, SPLIT)) for r in records)
+        assert writer.end_offset() == n_parts and writer.published == 3 and not writer.failed
+    finally:
+        writer.close()
+    assert not [t for t in threading.enumerate() if t.name == "streamtopics-update-writer"]
+    reader = ReplicaSync(cfg, Replica(TopicModel(n_topics=K, seed=3, threads=1)), _Telemetry())
+    reference = Replica(TopicModel(n_topics=K, seed=3, threads=1))
+    at = -1
+    for rec in records:
+        at += len(encode(rec, SPLIT))
+        reference.apply(decode(encode(rec)[0])[0], at)
+    reader.connect()
+    try:
+        assert reader.catch_up(timeout_s=30) == 3
+        assert digest(reader.replica.model) == digest(reference.model)
+    finally:
+        reader.close()
