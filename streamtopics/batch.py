@@ -44,6 +44,31 @@ def build_batch(token_lists: list[list[str]], vocab: Vocabulary, grow: bool = Tr
     One dict pass finds the batch's distinct words; everything after is numpy: the
     (document, word) pairs are counted with one sort of integer keys.
     """
+    D, words, pos, cnt, doc_of = _pairs(token_lists)
+    if grow:
+        totals = np.bincount(pos, weights=cnt, minlength=len(words))
+        ids, evicted = vocab.add_batch(words, totals)
+    else:
+        ids, evicted = vocab.ids(words), np.empty(0, np.int64)
+    return _assemble(D, ids, pos, cnt, doc_of, evicted)
+
+
+def build_batch_provisional(token_lists: list[list[str]], vocab: Vocabulary) -> tuple[Batch, list[str]]:
+    """``build_batch`` that leaves ``vocab`` as it is: unknown words get the ids that would
+    follow it (``len(vocab)``, ``len(vocab) + 1``, ... in first-seen order, as far as its cap
+    allows; the rest are dropped as by ``grow``). Returns the batch and those words, in id
+    order. For a computation whose new words join the vocabulary later, or never (a replica
+    computing an update record: docs/scale-out.md)."""
+    D, words, pos, cnt, doc_of = _pairs(token_lists)
+    ids = vocab.ids(words)
+    new = np.flatnonzero(ids < 0)
+    room = new.size if vocab.cap is None else max(min(vocab.cap - len(vocab), new.size), 0)
+    ids[new[:room]] = len(vocab) + np.arange(room)
+    return _assemble(D, ids, pos, cnt, doc_of, np.empty(0, np.int64)), [words[p] for p in new[:room]]
+
+
+def _pairs(token_lists: list[list[str]]):
+    """(D, the batch's distinct words, and its (document, word position) pairs with counts)."""
     D = len(token_lists)
     lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=D)
     flat = list(chain.from_iterable(token_lists))
@@ -53,13 +78,12 @@ def build_batch(token_lists: list[list[str]], vocab: Vocabulary, grow: bool = Tr
     pos = np.fromiter(map(position.__getitem__, flat), dtype=np.int64, count=len(flat))
     doc_of = np.repeat(np.arange(D, dtype=np.int64), lengths)
     keys, cnt = np.unique(doc_of * W + pos, return_counts=True)
-    doc_of, pos, cnt = keys // W, keys % W, cnt.astype(np.float64)
-    if grow:
-        totals = np.bincount(pos, weights=cnt, minlength=len(words))
-        ids, evicted = vocab.add_batch(words, totals)
-    else:
-        ids, evicted = vocab.ids(words), np.empty(0, np.int64)
+    return D, words, keys % W, cnt.astype(np.float64), keys // W
 
+
+def _assemble(D: int, ids: np.ndarray, pos: np.ndarray, cnt: np.ndarray, doc_of: np.ndarray,
+              evicted: np.ndarray) -> Batch:
+    """The CSR batch of the (document, word position) pairs, words numbered ``ids`` (-1: dropped)."""
     keep_word = ids >= 0
     keep = keep_word[pos]
     dropped = int(cnt[~keep].sum())

@@ -173,8 +173,8 @@ class Vocabulary:
         if new_pos.size:
             room = new_pos.size if self.cap is None else max(self.cap - len(self._words), 0)
             take = new_pos[:room]
-            for p in take:
-                ids[p] = self._append(words[p])
+            if take.size:
+                ids[take] = self._extend([words[p] for p in take])
             rest = new_pos[room:]
             if rest.size and self.policy == "evict":
                 evicted = self._evict_for(words, ids, rest)
@@ -185,16 +185,20 @@ class Vocabulary:
         self._counts[ids[known]] += 1.0 if counts is None else np.asarray(counts, dtype=np.float64)[known]
         return ids, evicted
 
-    def _append(self, word: str) -> int:
-        i = len(self._words)
-        if i >= self._counts.shape[0]:
-            grown = np.zeros(2 * self._counts.shape[0], dtype=np.float64)
-            grown[:i] = self._counts[:i]
+    def _extend(self, new: list[str]) -> np.ndarray:
+        """Append distinct unknown words in one step; their ids."""
+        start, end = len(self._words), len(self._words) + len(new)
+        if end > self._counts.shape[0]:
+            cap = self._counts.shape[0]
+            while cap < end:
+                cap *= 2
+            grown = np.zeros(cap, dtype=np.float64)
+            grown[:start] = self._counts[:start]
             self._counts = grown
-        self._words.append(word)
-        self._index[word] = i
-        self._counts[i] = 0.0
-        return i
+        self._words.extend(new)
+        self._index.update(zip(new, range(start, end)))
+        self._counts[start:end] = 0.0
+        return np.arange(start, end, dtype=np.int64)
 
     def _evict_for(self, words: Sequence[str], ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         # Candidates: words not used by this batch; evict the rarest by decayed count.

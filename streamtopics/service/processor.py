@@ -210,8 +210,9 @@ class BatchProcessor:
         if not res.keep:
             return res
         if self._compute is not None:
+            # A replica's compute says itself when it runs GIL-free (around the local step's
+            # kernels only: its vocabulary and record building are GIL-bound Python).
             kept = [t for t in tokens if t]
-            self._gil_free(True)
             self._prefetch()
             self._point("learn")
             t0 = time.perf_counter()

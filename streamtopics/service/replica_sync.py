@@ -11,6 +11,7 @@ is assigned the partition directly (no group): every replica reads all of it.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import os
@@ -282,7 +283,7 @@ class ReplicaMode:
             return _predicted(model.process(model.prepare(tokens, grow=False), learn=False))
         topic, _, partition = span.key.rpartition(":")
         source = Source(topic, int(partition), span.first, span.next, ledger.epoch(span.key))
-        rec, out = self.replica.compute(tokens, source, labels)
+        rec, out = self.replica.compute(tokens, source, labels, kernels=self._kernels)
         if out is None:
             # No topics yet: predict with a scratch copy that applies this record as the log will.
             scratch = Replica(copy.deepcopy(model), offset=self.replica.offset)
@@ -320,6 +321,18 @@ class ReplicaMode:
                                                                                     "error": repr(exc)})
                 self._tick()
                 time.sleep(1.0)
+
+    @contextlib.contextmanager
+    def _kernels(self):
+        """The local step's kernels run GIL-free: the read-ahead and publisher threads may take
+        the GIL meanwhile (the daemon's flag, set here only around them)."""
+        if self._gil_free is not None:
+            self._gil_free.set()
+        try:
+            yield
+        finally:
+            if self._gil_free is not None:
+                self._gil_free.clear()
 
     def acked(self, meta) -> None:
         """A batch's predictions are acknowledged: its update record goes to the log."""

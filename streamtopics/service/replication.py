@@ -29,6 +29,7 @@ vocabulary that evicts words is refused).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import uuid
@@ -38,6 +39,7 @@ from typing import NamedTuple
 import msgpack
 import numpy as np
 
+from ..batch import build_batch_provisional
 from ..batch_ops import doc_lengths, normalise_rows
 from ..summary import Summary
 from ..supervised.classifier import is_missing
@@ -335,12 +337,15 @@ class Replica:
         # otherwise than its successor's): not learned from that record; see docs/scale-out.md
         self.unlearned = 0
 
-    def compute(self, tokens: list[list[str]], source: Source, labels: list | None = None):
+    def compute(self, tokens: list[list[str]], source: Source, labels: list | None = None,
+                kernels=contextlib.nullcontext):
         """(the update record of a batch of token lists, ``Computed``: its documents' predictions
         from the same local step) against the model as it is; the predictions are None when the
         model has no topics yet (predict after the record is applied). ``labels``: one target per
         document (None where unlabelled) for a supervised model. The model is left unchanged:
-        new words are rolled back, and the classifier's changes happen to a fork of it."""
+        new words get provisional ids past the vocabulary (it is not touched; they join it when the
+        record is applied), and the classifier's changes happen to a fork of it.
+        ``kernels()``: a context entered around the local step (the daemon's GIL-free section)."""
         model = self.model
         targets = self._targets(tokens, labels)
         if not model.state.initialized:
@@ -348,26 +353,24 @@ class Replica:
             return UpdateRecord(source=source, base=self.offset, kind="batch", n_docs=len(tokens), n_tokens=n_tokens,
                                 tokens=[list(map(str, t)) for t in tokens], targets=targets,
                                 writer=self.writer, claim=self.claims.get(source.key, -1)), None
-        mark = model.prepare_mark()
-        n_known = model.state.n_words
+        state = model.state
+        n_known, n_rows, totals0 = len(model.vocab), state.n_words, state.mu_totals.copy()
         label_names = model.label_names
-        batch = model.prepare(tokens, grow=True)
+        batch, provisional = build_batch_provisional(tokens, model.vocab)
+        state.ensure_words(n_known + len(provisional))  # the new words' rows, at the prior
         try:
-            if batch.evicted.size:
-                raise ValueError("replicas: the vocabulary evicted words while computing (use vocab_policy "
-                                 "'ignore' with replicas)")
             head = None if model.head is None else fork_head(model.head)
-            local, pre, scores, predicted = model.local_steps(batch, targets, learn=True, head=head)
+            with kernels():
+                local, pre, scores, predicted = model.local_steps(batch, targets, learn=True, head=head)
             out = Computed(model.theta(pre.doc_topic, model.state.alpha), scores, predicted,
                            label_names if scores is not None else [])
             sm = local.summary
-            words = model.vocab.words
             known = np.where(sm.word_ids < n_known, sm.word_ids, -1).astype(np.int64)
-            new_words = [words[i] for i in sm.word_ids[known < 0]]
+            new_words = [provisional[i - n_known] for i in sm.word_ids[known < 0]]
             totals = np.bincount(batch.local, weights=batch.counts, minlength=batch.uniq.size)
         finally:
-            if not model.undo_prepare(mark):
-                raise RuntimeError("replicas: could not roll back the temporary vocabulary of a computed batch")
+            state.shrink_words(n_rows)
+            state.mu_totals[:] = totals0  # exactly: (x + s) - s need not be x in floating point
         # the summary's rows are batch.uniq in order (summarize_sparse / summarize_dense)
         ptr, cols, vals = _sparse_rows(pre.doc_topic)
         rec = UpdateRecord(source=source, base=self.offset, n_docs=batch.n_docs, n_tokens=int(batch.n_tokens),
