@@ -172,3 +172,49 @@ def test_records_published_through_the_writer_thread_reach_the_log_in_order(brok
         assert digest(reader.replica.model) == digest(reference.model)
     finally:
         reader.close()
+
+
+def test_a_snapshot_taken_between_the_parts_of_a_record_restores_to_the_same_model(broker, fresh_topic, records):
+    """A replica whose offset has passed the first part of a split record, but not its last,
+    is snapshotted: restored at that offset it must read the log again from the first part,
+    or it never sees those parts and skips the record every other replica applies."""
+    import copy
+
+    topic = fresh_topic(prefix="upd")
+    first, one, two = records
+    parts_one = encode(one, SPLIT)
+    log_values = encode(first, SPLIT) + parts_one[:1] + encode(two, SPLIT) + parts_one[1:]
+    _produce(broker.bootstrap, topic, log_values)
+    n_first, n_two = len(encode(first, SPLIT)), len(encode(two, SPLIT))
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap},
+                            "replication": {"enabled": True, "updates_topic": topic, "max_record_bytes": SPLIT}},
+                           env={})
+
+    def synced(replica, read_from=None):
+        s = ReplicaSync(cfg, replica, _Telemetry())
+        s.connect(read_from=read_from)
+        return s
+
+    whole = synced(Replica(TopicModel(n_topics=K, seed=3, threads=1)))
+    a = synced(Replica(TopicModel(n_topics=K, seed=3, threads=1)))
+    try:
+        whole.catch_up(timeout_s=30)
+        a.catch_up(until=n_first + 1 + n_two, timeout_s=30)  # "two" applied, "one" still open
+        assert a.replica.offset == n_first + 1 + n_two and a.replica.applied == 2
+        assert a.read_from() == n_first  # where "one" began
+        saved = (copy.deepcopy(a.replica.model), a.replica.offset, a.read_from())
+    finally:
+        whole.close()
+        a.close()
+    model, offset, read_from = saved
+    restored = synced(Replica(copy.deepcopy(model), offset=offset), read_from=read_from)
+    naive = synced(Replica(copy.deepcopy(model), offset=offset))  # what a snapshot without read_from gave
+    try:
+        restored.catch_up(timeout_s=30)
+        naive.catch_up(timeout_s=30)
+        assert restored.replica.offset == naive.replica.offset == len(log_values)
+        assert restored.replica.applied == 1 and digest(restored.replica.model) == digest(whole.replica.model)
+        assert naive.replica.applied == 0 and digest(naive.replica.model) != digest(whole.replica.model)
+    finally:
+        restored.close()
+        naive.close()

@@ -31,6 +31,10 @@ __all__ = ["ReplicaMode", "ReplicaSync"]
 
 log = logging.getLogger("streamtopics.daemon")
 
+# A split record's parts are sent together; one still open this many offsets after its first
+# part will not complete (its writer died between parts).
+OPEN_PART_SPAN = 10_000
+
 
 class ReplicaSync:
     """See the module docstring. ``telemetry`` gets ``on_update_applied``, ``on_update_lag`` and
@@ -50,6 +54,11 @@ class ReplicaSync:
         self._ends_lock = threading.Lock()
         self._producer: KafkaProducer | None = None
         self._end = 0
+        # Split records whose first parts the replica's offset has passed and whose last part
+        # has not come yet: record id -> offset of its first part. A snapshot taken meanwhile
+        # must read the log again from there (``read_from``), or a restart would never see
+        # those parts and would skip the record that every other replica applies.
+        self.open_parts: dict[str, int] = {}
         self.published = 0
         self.failed: list[UpdateRecord] = []  # records the broker refused (appended by the producer thread)
 
@@ -86,7 +95,14 @@ class ReplicaSync:
                     f"could find the records after it deleted; raise retention.ms of the topic")
         return None
 
-    def connect(self) -> None:
+    def read_from(self) -> int:
+        """Where a replica restored at this replica's offset must read the log from: the first
+        part of a split record still open, else the offset itself."""
+        return min(self.open_parts.values(), default=self.replica.offset)
+
+    def connect(self, read_from: int | None = None) -> None:
+        """``read_from``: where the reader starts (a snapshot's ``read_from``; default the
+        replica's offset). Records completed before the replica's offset are not applied again."""
         problem = self.check_retention()
         if problem:
             log.error(problem)
@@ -94,7 +110,8 @@ class ReplicaSync:
         reader_kw = log_reader_kwargs(k, max(1048576, 2 * self.rc.max_record_bytes))
         # Reading (poll, decode, reassembling parts) runs on the reader's thread; the log's end
         # for catch_up is asked by a consumer of its own (a KafkaConsumer is not thread-safe).
-        self._reader = UpdateReader(lambda: KafkaConsumer(**reader_kw), self.tp, self.replica.offset)
+        start = self.replica.offset if read_from is None else min(int(read_from), self.replica.offset)
+        self._reader = UpdateReader(lambda: KafkaConsumer(**reader_kw), self.tp, start)
         self._reader.start()
         self._ends = KafkaConsumer(**reader_kw)
         self._producer = KafkaProducer(**log_writer_kwargs(k, max(1048576, self.rc.max_record_bytes + 65536)))
@@ -150,12 +167,22 @@ class ReplicaSync:
             if item.error is not None:  # not ours: skipped identically by every replica
                 log.error("update log: skipping a message that is not an update record",
                           extra={"offset": item.offset, "error": item.error})
+            elif item.part_of is not None:
+                self._note_part(item.part_of, item.offset)
             self.replica.offset = item.offset + 1
             return 0
+        self.open_parts.pop(item.record.rid, None)
         t0 = time.perf_counter()
         applied = self.replica.apply(item.record, item.offset)
         self.telemetry.on_update_applied(time.perf_counter() - t0, applied)
         return 1
+
+    def _note_part(self, rid: str, offset: int) -> None:
+        self.open_parts.setdefault(rid, offset)
+        stale = [r for r, first in self.open_parts.items() if first < offset - OPEN_PART_SPAN]
+        for r in stale:  # its writer died between parts: the record never completes
+            log.warning("update log: a split record never completed; not waiting for it",
+                        extra={"first_offset": self.open_parts.pop(r), "offset": offset})
 
     def bounded(self) -> None:
         """Apply the log until this replica is at most ``max_staleness`` records behind its end
@@ -260,7 +287,7 @@ class ReplicaMode:
         self.replica = Replica(model, offset=offset, ledger=ledger, owners=saved.get("owners") or {},
                                writer=f"{self.replica_id}/{uuid.uuid4().hex[:8]}")
         self.sync = ReplicaSync(self.cfg, self.replica, self.telemetry, tick=self._tick, gil_free=self._gil_free)
-        self.sync.connect()
+        self.sync.connect(read_from=saved.get("read_from"))
         n = self.sync.catch_up(timeout_s=600.0)
         log.info("replica joined the update log", extra={
             "replica": self.replica_id, "from_offset": offset, "applied": n, "update_offset": self.replica.offset})
@@ -371,7 +398,8 @@ class ReplicaMode:
             log.warning("update log: could not catch up before the final snapshot", extra={"error": repr(exc)})
 
     def snapshot_extra(self) -> dict:
-        return {"update_offset": self.replica.offset, "replica_id": self.replica_id, "owners": dict(self.replica.owners)}
+        return {"update_offset": self.replica.offset, "read_from": self.sync.read_from(), "replica_id": self.replica_id,
+                "owners": dict(self.replica.owners)}
 
     def close(self) -> None:
         if self.sync is not None:

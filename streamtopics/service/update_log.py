@@ -43,6 +43,7 @@ class Fetched:
     offset: int
     record: UpdateRecord | None
     error: str | None = None
+    part_of: str | None = None  # a part: the id of the record it belongs to
 
 
 class UpdateReader:
@@ -149,7 +150,8 @@ class UpdateReader:
             part, i, parts = decode(msg.value)
         except ValueError as exc:  # not ours: skipped identically by every replica
             return Fetched(msg.offset, None, str(exc))
-        return Fetched(msg.offset, self._assembler.add(part, i, parts))
+        whole = self._assembler.add(part, i, parts)
+        return Fetched(msg.offset, whole, part_of=part.rid if whole is None else None)
 
     def _put(self, item: Fetched) -> bool:
         """Into the queue, waiting while it is full (the loop applies slower than the log grows)."""
