@@ -46,6 +46,19 @@ def _reap():
             p.wait(10)
 
 
+def _starter(bootstrap: str, topics: dict, updates: str, tmp_path: Path):
+    """start(rid): a replica process of one group and update log, with the shipped config."""
+    group = f"g-{uuid.uuid4().hex[:8]}"
+
+    def start(rid: str) -> _Proc:
+        cfg = _write_toml(tmp_path / f"{rid}.toml",
+                          _config(bootstrap, topics, updates, group, tmp_path / f"snaps-{rid}", rid))
+        return _proc(cfg, tmp_path / f"{rid}.log")
+
+    start.group = group
+    return start
+
+
 def _proc(config: Path, log: Path) -> _Proc:
     proc = _Proc(config, log)
     _STARTED.append(proc)
@@ -141,14 +154,7 @@ def test_three_replicas_one_killed_learn_one_model_exactly_once(broker, fresh_to
     assert n >= 20000
     topics = {"input": fresh_topic(partitions=PARTITIONS, prefix="in"),
               "output": fresh_topic(partitions=PARTITIONS, prefix="out"), "dead_letter": fresh_topic(prefix="dlq")}
-    updates = fresh_topic(prefix="upd")
-    group = f"g-{uuid.uuid4().hex[:8]}"
-
-    def start(rid: str) -> _Proc:
-        cfg = _write_toml(tmp_path / f"{rid}.toml",
-                          _config(broker.bootstrap, topics, updates, group, tmp_path / f"snaps-{rid}", rid))
-        return _proc(cfg, tmp_path / f"{rid}.log")
-
+    start = _starter(broker.bootstrap, topics, fresh_topic(prefix="upd"), tmp_path)
     procs = {rid: start(rid) for rid in ("a", "b", "c")}
     for p in procs.values():
         p.wait_ready(READY_S)
@@ -186,7 +192,7 @@ def test_three_replicas_one_killed_learn_one_model_exactly_once(broker, fresh_to
     topics1 = {"input": fresh_topic(partitions=PARTITIONS, prefix="in1"),
                "output": fresh_topic(partitions=PARTITIONS, prefix="out1"), "dead_letter": fresh_topic(prefix="dlq1")}
     upd1 = fresh_topic(prefix="upd1")
-    one = _proc(_write_toml(tmp_path / "one.toml", _config(broker.bootstrap, topics1, upd1, f"g1-{group}",
+    one = _proc(_write_toml(tmp_path / "one.toml", _config(broker.bootstrap, topics1, upd1, f"g1-{start.group}",
                                                            tmp_path / "snaps-one", "one")), tmp_path / "one.log")
     one.wait_ready(READY_S)
     _stream(broker.bootstrap, topics1["input"], values, rate=600.0).join(300)  # paced as above
@@ -216,14 +222,7 @@ def test_a_paused_replica_comes_back_as_a_zombie_and_is_fenced(broker, fresh_top
     n = len(values)
     topics = {"input": fresh_topic(partitions=2, prefix="in"), "output": fresh_topic(partitions=2, prefix="out"),
               "dead_letter": fresh_topic(prefix="dlq")}
-    updates = fresh_topic(prefix="upd")
-    group = f"g-{uuid.uuid4().hex[:8]}"
-
-    def start(rid: str) -> _Proc:
-        cfg = _write_toml(tmp_path / f"{rid}.toml",
-                          _config(broker.bootstrap, topics, updates, group, tmp_path / f"snaps-{rid}", rid))
-        return _proc(cfg, tmp_path / f"{rid}.log")
-
+    start = _starter(broker.bootstrap, topics, fresh_topic(prefix="upd"), tmp_path)
     procs = {rid: start(rid) for rid in ("a", "b")}
     for p in procs.values():
         p.wait_ready(READY_S)
