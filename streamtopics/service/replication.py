@@ -487,7 +487,11 @@ class Replica:
     def _unacceptable(self, rec: UpdateRecord) -> str | None:
         """Why applying ``rec`` would fail, checked before anything changes (None: it would not).
         The classifier's labels may have grown since the record was computed, past a label cap
-        with ``on_overflow="error"``; the targets are tried on a fork of it."""
+        with ``on_overflow="error"``: with a capped label vocabulary (the only check that depends
+        on the state at apply time; a summary's targets were encoded once already, on the computing
+        replica) and for a record that carries its tokens (computed before any topic, nothing was
+        encoded), the targets are tried on a fork of it. Anything else raising while applied is
+        caught by ``apply``."""
         head = self.model.head
         if rec.targets is None or head is None:
             return None
@@ -495,7 +499,8 @@ class Replica:
             if len(rec.targets) != rec.n_docs or (rec.kind != "batch" and rec.doc_len.size != rec.n_docs):
                 raise ValueError(f"{len(rec.targets)} targets and {rec.doc_len.size} lengths for "
                                  f"{rec.n_docs} documents")
-            fork_head(head).encode_targets(rec.targets, grow=True)
+            if rec.kind == "batch" or (head.labels.max_labels is not None and head.labels.on_overflow == "error"):
+                fork_head(head).encode_targets(rec.targets, grow=True)
         except (ValueError, TypeError) as exc:
             return f"{type(exc).__name__}: {exc}"
         return None
