@@ -10,6 +10,7 @@ from itertools import chain
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from .text import Vocabulary
 
@@ -68,17 +69,48 @@ def build_batch_provisional(token_lists: list[list[str]], vocab: Vocabulary) -> 
 
 
 def _pairs(token_lists: list[list[str]]):
-    """(D, the batch's distinct words, and its (document, word position) pairs with counts)."""
+    """(D, the batch's distinct words, and its (document, word position) pairs with counts).
+
+    A document's pairs come in the order its words first occur in it, whatever its batch-mates:
+    a document's local step sums over its words in that order, so its result does not depend on
+    how documents are grouped into batches (``transform`` of one document equals its row in any
+    batch, and a daemon's prediction equals ``transform`` on the same model)."""
     D = len(token_lists)
     lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=D)
     flat = list(chain.from_iterable(token_lists))
     position = {w: i for i, w in enumerate(dict.fromkeys(flat))}
     words = list(position)
-    W = max(len(words), 1)
     pos = np.fromiter(map(position.__getitem__, flat), dtype=np.int64, count=len(flat))
-    doc_of = np.repeat(np.arange(D, dtype=np.int64), lengths)
-    keys, cnt = np.unique(doc_of * W + pos, return_counts=True)
-    return D, words, keys % W, cnt.astype(np.float64), keys // W
+    doc_of, pos, cnt = count_pairs(pos, lengths, len(words))
+    return D, words, pos, cnt, doc_of
+
+
+@njit(cache=True, nogil=True)
+def count_pairs(pos, lengths, W):
+    """Per document, its distinct word positions in first-occurrence order and their counts:
+    (document of each pair, position, count), O(tokens) with one slot per word."""
+    n = pos.shape[0]
+    slot = np.full(max(W, 1), -1, dtype=np.int64)
+    doc_of = np.empty(n, dtype=np.int64)
+    out_pos = np.empty(n, dtype=np.int64)
+    cnt = np.empty(n, dtype=np.float64)
+    e = 0
+    t = 0
+    for d in range(lengths.shape[0]):
+        first = e  # a slot below ``first`` belongs to an earlier document
+        for _ in range(lengths[d]):
+            p = pos[t]
+            t += 1
+            s = slot[p]
+            if s >= first:
+                cnt[s] += 1.0
+            else:
+                slot[p] = e
+                doc_of[e] = d
+                out_pos[e] = p
+                cnt[e] = 1.0
+                e += 1
+    return doc_of[:e], out_pos[:e], cnt[:e]
 
 
 def _assemble(D: int, ids: np.ndarray, pos: np.ndarray, cnt: np.ndarray, doc_of: np.ndarray,

@@ -28,7 +28,7 @@ from .components import build_engine, build_update
 from .evaluate import heldout_loglik_arrays
 from .hyper import alpha_step
 from .options import FLAT, INITS, ModelOptions, Stochastic, flat_params
-from .parallel import ThreadRunner, resolve_threads
+from .parallel import ThreadRunner, overlapped, resolve_threads
 from .results import BatchResult
 from .state import ModelState
 from .summary import Summary
@@ -373,7 +373,20 @@ class TopicModel:
 
     def transform(self, docs: Sequence) -> np.ndarray:
         """Document-topic proportions (n_docs, K) under the current topics; rows sum to one."""
-        return self.transform_batch(self.prepare(self.tokenize(docs), grow=False))
+        return self.infer_docs(docs, self.theta)
+
+    def infer_docs(self, docs: Sequence, rows=None) -> np.ndarray:
+        """``infer_counts`` of raw documents, tokenized and prepared a chunk at a time; with
+        threads > 1 the next chunk is prepared (Python, under the GIL) while the kernels run on
+        this one, and the result is the same as with one thread (a document's result does not
+        depend on its batch-mates: ``batch.build_batch``)."""
+        if isinstance(docs, (str, bytes)):
+            self.tokenize(docs)  # raises the one-str TypeError
+        docs = docs if isinstance(docs, (list, tuple)) else list(docs)
+        parts = overlapped(
+            chunks(len(docs)), lambda span: self.prepare(self.tokenize(docs[span[0]:span[1]]), grow=False),
+            lambda batch: self.infer_counts(batch, rows), overlap=resolve_threads(self.threads) > 1)
+        return np.concatenate(parts) if parts else np.empty((0, self.n_topics))
 
     # -- supervised prediction ----------------------------------------------------------
     @property
@@ -385,7 +398,7 @@ class TopicModel:
 
     def zbar_docs(self, docs: Sequence) -> np.ndarray:
         """Topic proportions of new documents from the unsupervised local step (the classifier's features)."""
-        return self.infer_counts(self.prepare(self.tokenize(docs), grow=False), normalise_rows)
+        return self.infer_docs(docs, normalise_rows)
 
 
     def _need_head(self) -> SupervisedHead:

@@ -75,3 +75,27 @@ class ThreadRunner:
 
     def __getstate__(self):  # a pool cannot be copied; a copy starts its own
         return {"threads": self.threads, "_pool": None}
+
+
+def overlapped(items, prepare, compute, overlap: bool) -> list:
+    """``compute(prepare(item))`` for every item, results in item order.
+
+    With ``overlap`` the calling thread prepares item i+1 while a helper thread computes item i
+    (a two-stage pipeline: worth it when ``prepare`` holds the GIL, e.g. building batches from
+    Python strings, and ``compute`` mostly runs GIL-free kernels).  Computations still run one at
+    a time and in order, so anything they draw or update sequentially is the same either way;
+    ``prepare`` must not change what ``compute`` reads."""
+    if not overlap:
+        return [compute(prepare(x)) for x in items]
+    out = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamtopics-pipe") as pipe:
+        pending = None
+        for x in items:
+            ready = prepare(x)
+            if pending is not None:
+                out.append(pending.result())
+            pending = pipe.submit(compute, ready)
+        if pending is not None:
+            out.append(pending.result())
+    return out
+

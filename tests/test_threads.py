@@ -31,6 +31,28 @@ def test_models_identical_for_any_thread_count(n_threads):
     assert ta.shape == (120, 24) and np.allclose(ta.sum(axis=1), 1.0)
 
 
+def test_transform_pipeline_same_result_for_any_thread_count(monkeypatch):
+    """transform prepares the next chunk while the kernels run on this one (threads > 1): the
+    result equals one thread's, and each document's row equals transforming it alone."""
+    from streamtopics import batch_ops
+
+    docs = _docs()
+    m = TopicModel(n_topics=12, seed=4, threads=1)
+    for lo in range(0, 400, 100):
+        m.partial_fit(docs[lo:lo + 100])
+    held = docs[400:]
+    monkeypatch.setattr(batch_ops, "TRANSFORM_CHUNK", 37)  # many chunks: the pipeline runs
+    one = m.transform(held)
+    m.set_threads(2)
+    two = m.transform(held)
+    assert np.array_equal(one, two) and one.shape == (200, 12)
+    alone = np.vstack([m.transform([d]) for d in held[:20]])
+    assert np.array_equal(alone, one[:20])
+    assert m.transform([]).shape == (0, 12)
+    with pytest.raises(TypeError):
+        m.transform(held[:40] + [3])  # a bad document in a later chunk still raises
+
+
 def test_memoized_and_dense_identical_across_threads():
     docs = _docs()[:300]
     out = []
