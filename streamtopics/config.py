@@ -268,7 +268,7 @@ class ModelConfig:
     sup_ell: float = opt(0.0, "Hinge loss margin ell; 0 = 1 (the unit of the discriminant).", ge=0)
     sup_epsilon: float = opt(0.0, "Regression: width of the insensitive zone epsilon; 0 = 1e-3 response standard deviations.", ge=0)
     sup_prior_var: float = opt(0.0, "Prior variance of the classifier weights; 0 = K unit^2 (scales itself).", ge=0)
-    sup_decay: float = opt(_library_default("sup_decay"), "Weight the classifier keeps from earlier labelled batches per batch (1 = exact streaming posterior).", gt=0, le=1)
+    sup_decay: float = opt(_library_default("sup_decay", 0.0), "Weight the classifier keeps from earlier labelled batches per batch (1 = exact streaming posterior); 0 = the topics' own 1 - rho_t (1 under the memoized update).", ge=0, le=1)
     sup_sweeps: int = opt(_library_default("sup_sweeps"), "Gibbs sweeps of the classifier per labelled batch.", ge=1)
     sup_burn_in: int = opt(-1, "Classifier sweeps discarded before averaging; -1 = half of sup_sweeps.", ge=-1)
     sup_pg_method: str = opt(_library_default("sup_pg_method"), "Logistic loss: Polya-Gamma sampler, exact, gamma_sum (approximate, cost free of c) or auto (exact for c <= 8).", choices=("auto", "exact", "gamma_sum", "devroye"))

@@ -35,7 +35,7 @@ from .summary import Summary
 from .supervised.classifier import SupervisedHead, is_missing
 from .text import Tokenizer, Vocabulary
 from .trends import PrevalenceTracker
-from .updates import MemoizedUpdate
+from .updates import MemoizedUpdate, StochasticUpdate
 
 ENGINES = ("lsparse", "alias")
 UPDATES = ("stochastic", "memoized")
@@ -228,7 +228,8 @@ class TopicModel:
             feats = pre.doc_topic if self.options.supervision.features == "unsupervised" else result.doc_topic
             # head_key (fit's stochastic laps): a revisited batch replaces its classifier statistics
             info["supervised"] = self.head.update(normalise_rows(feats), labels,
-                                                  batch_key=batch_key if batch_key is not None else head_key)
+                                                  batch_key=batch_key if batch_key is not None else head_key,
+                                                  decay=self.classifier_decay())
             if result is not pre:
                 sup_counts = result.doc_topic
         t3 = time.perf_counter()
@@ -288,6 +289,18 @@ class TopicModel:
         self.state.version += 1
         self.trends.observe(doc_topic.sum(axis=0), self.state.version)
         return info
+
+    def classifier_decay(self) -> float:
+        """Weight the classifier's carried statistics keep when it learns the batch the topics
+        just learned: ``sup_decay`` if set, else the topics' own 1 - rho_t (stochastic update;
+        1 under the memoized one). Its features were computed with topics that the update has
+        since moved by that step (docs/supervised.md, "The classifier forgets at the topics' rate")."""
+        decay = self.options.supervision.decay
+        if decay is not None:
+            return float(decay)
+        if isinstance(self.updater, StochasticUpdate) and self.state.n_updates > 0:
+            return 1.0 - self.updater.rho(self.state.n_updates)
+        return 1.0
 
     def memo_key(self, batch_key):
         """The key a learned batch is memoized under: None for a stochastic update (nothing is

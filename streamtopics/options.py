@@ -236,7 +236,7 @@ _SUP_RULES = {
     "ell": _opt_finite(False),
     "epsilon": _opt_finite(False),
     "prior_var": _opt_finite(True),
-    "decay": (lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),
+    "decay": (lambda v: v is None or 0.0 < v <= 1.0, "must be None or in (0, 1]"),
     "sweeps": _int_ge(1),
     "burn_in": _opt_int_ge(0),
     "pg_method": _one_of(PG_CHOICES),
@@ -251,7 +251,8 @@ class Supervision(_Option):
     """Fields every loss shares (docs/supervised.md).  None constants scale themselves
     (``supervised.scaling``): c * unit = the mean labelled document length, prior_var = K unit^2.
     ``decay``: weight the classifier's statistics keep per labelled batch (1 = exact streaming
-    posterior); ``sweeps`` / ``burn_in``: Gibbs sweeps of the classifier per labelled batch and
+    posterior; None = the topics' own, 1 - rho_t of the stochastic update that batch made, and 1
+    under the memoized update: docs/supervised.md "The classifier forgets at the topics' rate"); ``sweeps`` / ``burn_in``: Gibbs sweeps of the classifier per labelled batch and
     those discarded (None: half); ``max_labels``: cap of the label vocabulary (None: unbounded);
     ``features``: "unsupervised" (the label-free local step, as at prediction time) or
     "supervised" topic proportions train the classifier; ``local``: whether the variational
@@ -259,7 +260,7 @@ class Supervision(_Option):
 
     c: float | None = None
     prior_var: float | None = None
-    decay: float = 1.0
+    decay: float | None = None
     sweeps: int = 10
     burn_in: int | None = None
     max_labels: int | None = None
@@ -274,7 +275,7 @@ class Supervision(_Option):
             return "auto" if v is None else float(v)
         return {"c": auto(self.c), "ell": auto(getattr(self, "ell", None)),
                 "epsilon": auto(getattr(self, "epsilon", None)), "prior_var": auto(self.prior_var),
-                "decay": float(self.decay), "gibbs_sweeps": int(self.sweeps),
+                "decay": 1.0 if self.decay is None else float(self.decay), "gibbs_sweeps": int(self.sweeps),
                 "burn_in": None if self.burn_in is None else int(self.burn_in),
                 "pg_method": getattr(self, "pg_method", "auto"), "max_labels": self.max_labels}
 

@@ -135,7 +135,7 @@ def test_config_tables_and_flat_keys_make_the_same_model():
     assert made.get_params() == library.get_params()
     shown = by_table.to_dict()["model"]
     assert shown["engine"]["kind"] == "alias" and shown["engine"]["burn_in"] == 3 and "sparsity" not in shown["engine"]
-    assert shown["supervision"] == {"kind": "regression", "c": 2.0, "prior_var": 0.0, "decay": 1.0, "sweeps": 6,
+    assert shown["supervision"] == {"kind": "regression", "c": 2.0, "prior_var": 0.0, "decay": 0.0, "sweeps": 6,
                                     "burn_in": -1, "max_labels": 0, "features": "unsupervised", "local": False,
                                     "epsilon": 0.1}
     # the printed tables load back to the same configuration

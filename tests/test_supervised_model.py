@@ -338,3 +338,29 @@ def test_sup_local_false_runs_the_label_free_step_once(corpus):
     assert len(calls) == 1 and calls[0] is None
     assert res.predicted is not None and len(res.predicted) == 60
     np.testing.assert_allclose(m.theta(res.doc_topic), ref, atol=1e-12)
+
+
+def test_classifier_forgets_at_the_topics_rate(corpus):
+    """Default sup_decay: after the topics' stochastic update t the classifier's carried statistics
+    keep 1 - rho_t; a set sup_decay wins; the memoized update keeps everything."""
+    docs, _, cls = corpus
+    m = TopicModel(n_topics=4, supervision="hinge", seed=0)
+    m.partial_fit(docs[:60], labels=cls[:60])
+    A1 = m.head.A.copy()
+    assert np.abs(A1).sum() > 0
+    rho2 = m.updater.rho(2)
+    m.partial_fit(docs[60:120], labels=cls[60:120])
+    assert m.state.n_updates == 2 and m.classifier_decay() == pytest.approx(1.0 - rho2)
+    # begin_batch applies the decay it is given (process passes classifier_decay())
+    h = SupervisedHead(4, "hinge", seed=0)
+    h.A[:] = 1.0
+    h.begin_batch(None, decay=0.25)
+    assert np.all(h.A == 0.25)
+    with pytest.raises(ValueError, match="decay"):
+        h.begin_batch(None, decay=0.0)
+    assert TopicModel(n_topics=4, supervision="hinge", sup_decay=0.9).classifier_decay() == 0.9
+    memo = TopicModel(n_topics=4, supervision="hinge", update="memoized")
+    memo.partial_fit(docs[:60], labels=cls[:60])
+    assert memo.classifier_decay() == 1.0
+    with pytest.raises(ValueError, match="decay"):
+        TopicModel(n_topics=4, supervision="hinge", sup_decay=1.5)

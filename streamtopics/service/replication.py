@@ -513,7 +513,7 @@ class Replica:
         feats = doc_topic
         if rec.sup_ptr.size > 1:
             feats = _dense_rows(rec.sup_ptr, rec.sup_topics, rec.sup_values, self.model.n_topics)
-        head.update(normalise_rows(feats), rec.targets, batch_key=batch_key)
+        head.update(normalise_rows(feats), rec.targets, batch_key=batch_key, decay=self.model.classifier_decay())
 
     def _summary(self, rec: UpdateRecord) -> Summary:
         """The record's summary over this model's word ids (new words join the vocabulary in row

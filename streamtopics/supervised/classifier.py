@@ -633,14 +633,18 @@ class SupervisedHead:
             self.acc_n += int(n_sweeps)
         return tr if trace else None
 
-    def begin_batch(self, batch_key=None) -> None:
-        """Start a batch: subtract the memoized contribution of ``batch_key``, apply the decay."""
+    def begin_batch(self, batch_key=None, decay: float | None = None) -> None:
+        """Start a batch: subtract the memoized contribution of ``batch_key``, apply the decay
+        (``decay``: this batch's, instead of the head's own ``self.decay``)."""
         self._check_key(batch_key)
         self.memo.forget(batch_key, self.A, self.r)
-        if self.decay < 1.0:
-            self.A *= self.decay
-            self.r *= self.decay
-            self.memo.decay(self.decay)
+        decay = self.decay if decay is None else float(decay)
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"decay must be in (0, 1] (got {decay})")
+        if decay < 1.0:
+            self.A *= decay
+            self.r *= decay
+            self.memo.decay(decay)
         self.acc_sum[:] = 0.0
         self.acc_sq[:] = 0.0
         self.acc_n = 0
@@ -664,8 +668,9 @@ class SupervisedHead:
         self.docs_seen += int(((rho > 0) | (kappa != 0)).any(axis=1).sum())
 
     # ------------------------------------------------------------------ one call per batch
-    def update(self, zbar, targets, batch_key=None, n_sweeps: int | None = None) -> dict:
+    def update(self, zbar, targets, batch_key=None, n_sweeps: int | None = None, decay: float | None = None) -> dict:
         """Learn from one batch of (zbar, targets): augmentation + coordinate Gibbs sweeps.
+        ``decay`` (None: ``self.decay``) is the weight the statistics carried so far keep.
 
         Equivalent to begin_batch -> n_sweeps x (sample_augmentation, sample_eta) ->
         end_batch(rho and kappa averaged over the retained sweeps), in one numba call.
@@ -677,7 +682,7 @@ class SupervisedHead:
             raise ValueError(f"{len(targets)} targets for {Z.shape[0]} documents")
         n_before = len(self.labels)
         tg = self.encode_targets(targets, grow=True)
-        self.begin_batch(batch_key)
+        self.begin_batch(batch_key, decay)
         rows = tg.labelled
         Zl = np.ascontiguousarray(Z[rows])
         y = np.ascontiguousarray(tg.y[rows])
