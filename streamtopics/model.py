@@ -391,8 +391,7 @@ class TopicModel:
     def infer_docs(self, docs: Sequence, rows=None) -> np.ndarray:
         """``infer_counts`` of raw documents, tokenized and prepared a chunk at a time; with
         threads > 1 the next chunk is prepared (Python, under the GIL) while the kernels run on
-        this one, and the result is the same as with one thread (a document's result does not
-        depend on its batch-mates: ``batch.build_batch``)."""
+        this one. The chunks are the same for any thread count, and so is the result."""
         if isinstance(docs, (str, bytes)):
             self.tokenize(docs)  # raises the one-str TypeError
         docs = docs if isinstance(docs, (list, tuple)) else list(docs)

@@ -112,6 +112,22 @@ def test_batch_csr_matches_counter_on_synthetic_tokens():
     assert {vocab.get("new1"), vocab.get("new2")} == {len(before), len(before) + 1}
 
 
+def test_a_documents_pairs_come_in_the_order_the_batch_first_saw_its_words():
+    """The local step's cold start reads a document's entries in order; the order is the
+    batch's first sight of each word (docs in batch.py's _pairs say why)."""
+    rng = np.random.default_rng(1)
+    pool = [f"t{i}" for i in range(30)]
+    docs = [[pool[i] for i in rng.zipf(1.5, size=rng.integers(0, 80)) % 30] for _ in range(40)]
+    vocab = Vocabulary()
+    batch = build_batch(docs, vocab)
+    first_seen = list(dict.fromkeys(w for d in docs for w in d))
+    for d, doc in enumerate(docs):
+        want = sorted(set(doc), key=first_seen.index)
+        s, e = batch.doc_ptr[d], batch.doc_ptr[d + 1]
+        assert [vocab.words[i] for i in batch.word_ids[s:e]] == want
+        assert batch.counts[s:e].tolist() == [float(doc.count(w)) for w in want]
+
+
 def test_batch_csr_on_reuters_text():
     docs = load_reuters_r8("train", seed=0)[:200]
     m = TopicModel(n_topics=2)
