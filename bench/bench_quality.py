@@ -101,9 +101,9 @@ def _tops(weights_vk: np.ndarray, words: list[str], n: int = 25) -> list[list[st
     return [[words[i] for i in row] for row in ids]
 
 
-def run_streamtopics(c: Corpus, K: int, monitor: bool = False, **kw) -> dict:
+def run_streamtopics(c: Corpus, K: int, monitor: bool = False, seed: int = 0, **kw) -> dict:
     TopicModel(n_topics=K, **kw).partial_fit(c.train_tokens[:8])  # numba warm-up outside the clock
-    m = TopicModel(n_topics=K, **kw)
+    m = TopicModel(n_topics=K, seed=seed, **kw)
     ex = TopicExplorer(window_docs=5000) if monitor else None
     if ex is not None:  # the monitor's numba kernels too (cached on disk after the first run)
         TopicExplorer().monitor.update(np.array([0, 2]), np.array([0, 1]), np.array([[0, 1], [1, 0]]))
@@ -132,7 +132,7 @@ def run_streamtopics(c: Corpus, K: int, monitor: bool = False, **kw) -> dict:
     return out
 
 
-def run_gensim(c: Corpus, K: int) -> dict:
+def run_gensim(c: Corpus, K: int, seed: int = 0) -> dict:
     from gensim.models import LdaModel
 
     b = c.train
@@ -141,17 +141,17 @@ def run_gensim(c: Corpus, K: int) -> dict:
     t0 = time.perf_counter()
     lda = LdaModel(corpus=bows, id2word=dict(enumerate(c.vocab.words)), num_topics=K, chunksize=BATCH, passes=1,
                    update_every=1, alpha=np.full(K, ALPHA), eta=BETA, decay=0.7, offset=10.0, eval_every=None,
-                   random_state=0)
+                   random_state=seed)
     return {"seconds": time.perf_counter() - t0, "top_words": _tops(lda.state.get_lambda().T, c.vocab.words)}
 
 
-def run_sklearn(c: Corpus, K: int) -> dict:
+def run_sklearn(c: Corpus, K: int, seed: int = 0) -> dict:
     from sklearn.decomposition import LatentDirichletAllocation
 
     n = c.train.n_docs
     lda = LatentDirichletAllocation(n_components=K, learning_method="online", batch_size=BATCH, total_samples=n,
                                     doc_topic_prior=ALPHA, topic_word_prior=BETA, learning_offset=10.0,
-                                    learning_decay=0.7, random_state=0, n_jobs=1)
+                                    learning_decay=0.7, random_state=seed, n_jobs=1)
     t0 = time.perf_counter()
     for lo in range(0, n, BATCH):
         lda.partial_fit(c.rows(lo, min(lo + BATCH, n)))
@@ -240,6 +240,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-peers", action="store_true")
     ap.add_argument("--daemon-only", action="store_true", help="only the in-daemon monitor cost")
     ap.add_argument("--daemon-rounds", type=int, default=2)
+    ap.add_argument("--seeds", default="0", help="comma-separated seeds: every model once per seed, means compared "
+                                                  "(the monitor's cost is measured on the first seed's run)")
     args = ap.parse_args(argv)
     if args.daemon_only:
         res = daemon_cost(args.daemon_rounds)
@@ -251,21 +253,33 @@ def main(argv=None) -> int:
           f"reference = {len(c.reference)} test docs", flush=True)
     results: dict = {"corpus": {"train_docs": len(c.train_tokens), "tokens": c.n_tokens, "vocabulary": len(c.vocab),
                                 "reference_docs": len(c.reference)}, "runs": {}}
+    seeds = [int(x) for x in args.seeds.split(",")]
     for K in args.k:
         runs = {
-            "streamtopics (defaults)": lambda: run_streamtopics(c, K, monitor=True),
-            "streamtopics (corpus_size=50000)": lambda: run_streamtopics(c, K, corpus_size=50000),
+            "streamtopics (defaults)": lambda seed: run_streamtopics(c, K, monitor=seed == seeds[0], seed=seed),
+            "streamtopics (corpus_size=50000)": lambda seed: run_streamtopics(c, K, corpus_size=50000, seed=seed),
         }
         if not args.skip_peers:
-            runs["gensim (decay 0.7, offset 10)"] = lambda: run_gensim(c, K)
-            runs["scikit-learn online LDA"] = lambda: run_sklearn(c, K)
+            runs["gensim (decay 0.7, offset 10)"] = lambda seed: run_gensim(c, K, seed)
+            runs["scikit-learn online LDA"] = lambda seed: run_sklearn(c, K, seed)
         for name, fn in runs.items():
-            r = fn()
-            r.update(c.score(r["top_words"]))
+            per_seed = []
+            for seed in seeds:
+                one = fn(seed)
+                one.update(c.score(one["top_words"]))
+                per_seed.append(one)
+            r = per_seed[0]
             r["top_words"] = [t[:10] for t in r["top_words"]]
+            if len(seeds) > 1:
+                r["npmi_by_seed"] = [x["mean_npmi"] for x in per_seed]
+                r["diversity_by_seed"] = [x["diversity"] for x in per_seed]
+                r["mean_npmi"] = float(np.mean(r["npmi_by_seed"]))
+                r["diversity"] = float(np.mean(r["diversity_by_seed"]))
             results["runs"][f"K={K} {name}"] = r
             line = (f"K={K:<4} {name:<34} mean NPMI {r['mean_npmi']:+.3f}  diversity {r['diversity']:.3f}  "
                     f"{r['seconds']:7.1f} s")
+            if len(seeds) > 1:
+                line += "  (seeds: " + " ".join(f"{x:+.3f}" for x in r["npmi_by_seed"]) + ")"
             if "monitor_share" in r:
                 line += (f"  | monitor {100 * r['monitor_share']:.2f} % of batch time "
                          f"(median batch {100 * r['monitor_share_median_batch']:.2f} %)")
