@@ -17,7 +17,8 @@ from .updates import MemoizedUpdate
 FIT_MAX_LAPS = 10      # fit(): most memoized laps of the variational engine
 FIT_TOL = 0.05         # fit(): stop when a lap raises its objective by less than this, relative
 FIT_BATCH_SIZE = 256   # fit(): minibatch of the memoized laps
-FIT_SWEEPS = 200       # fit(): sweeps of the alias engine
+FIT_SWEEPS = 200       # fit(): sweeps of the alias engine (with labels: the most, see fit_stop_rule)
+FIT_WINDOW = 5         # fit(): alias engine with labels, sweeps the stopping rule and the eta average span
 
 
 def fit(model, docs, labels=None, *, n_iter: int | None = None, tol: float = FIT_TOL,
@@ -73,12 +74,31 @@ def fit(model, docs, labels=None, *, n_iter: int | None = None, tol: float = FIT
         labels = list(labels)
         if all(is_missing(t) for t in labels):
             labels = None
+    if not (isinstance(tol, (int, float, np.integer, np.floating)) and tol >= 0):
+        raise ValueError(f"tol must be a number >= 0 (got {tol!r})")
     if model.engine != "alias":
         return fit_laps(model, docs, labels, FIT_MAX_LAPS if n_iter is None else int(n_iter), tol, batch_size)
-    return fit_sweeps(model, docs, labels, FIT_SWEEPS if n_iter is None else int(n_iter))
+    return fit_sweeps(model, docs, labels, FIT_SWEEPS if n_iter is None else int(n_iter), tol)
 
 
-def fit_sweeps(model, docs, labels, n_sweeps: int):
+def fit_stop_rule(tol: float, window: int = FIT_WINDOW):
+    """The supervised alias fit's stopping rule on the trace L_1, L_2, ... of the chain's word
+    log-likelihood per token after each sweep: stop after sweep t > ``window`` when the last
+    ``window`` sweeps raised it by less than ``tol`` of its whole rise since the first sweep,
+    L_t - L_{t-w} <= tol (L_t - L_1)  (docs/supervised.md §5.4: the chain has burned in for
+    classification; the rule is scale-free: no corpus size, vocabulary or length enters)."""
+    w = int(window)
+
+    def stop(trace) -> bool:
+        t = len(trace)
+        if t <= w:
+            return False
+        return trace[-1] - trace[-1 - w] <= tol * max(trace[-1] - trace[0], 0.0)
+
+    return stop
+
+
+def fit_sweeps(model, docs, labels, n_sweeps: int, tol: float = FIT_TOL):
     """``fit`` of the sampling engine: collapsed sweeps over the whole corpus (see ``fit``)."""
     model.reset()
     batch = model.prepare(model.tokenize(docs), grow=True)
@@ -89,8 +109,11 @@ def fit_sweeps(model, docs, labels, n_sweeps: int):
     t0 = time.perf_counter()
     targets = model.head.encode_targets(labels, grow=True)
     model.head.calibrate(doc_lengths(batch), targets)
+    rule = {"stop": fit_stop_rule(tol), "window": FIT_WINDOW} if tol > 0 else {}
     stats = model.local_step.fit_state(model.state, batch, int(n_sweeps), seed=seed, head=model.head,
-                                       targets=targets, eta_sweeps=1)
+                                       targets=targets, eta_sweeps=1, learn_alpha=model.alpha == "auto", **rule)
+    model.state.alpha = float(stats["alpha"])
+    stats["converged"] = bool(rule) and stats["sweeps"] < int(n_sweeps)
     sup = model.options.supervision
     if sup.features == "unsupervised":
         # Refit eta on test-time features: theta of each training document from the
