@@ -118,8 +118,8 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
                                  table_draws: int | None = None, callback: Callable | None = None,
                                  callback_every: int = 0, alpha_proposal: str = "word",
                                  tries: int | tuple[int, int] | None = None, eta_sweeps: int = 1,
-                                 eta_burn_in: int | None = None, learn_alpha: bool = False,
-                                 stop: Callable | None = None, window: int | None = None
+                                 eta_burn_in: int | None = None, stop: Callable | None = None,
+                                 window: int | None = None
                                  ) -> tuple[SamplerArrays, dict]:
     """Supervised batch mode (LightMedLDA §3), ``run_batch_sampler`` with ``head`` and ``targets``:
     each sweep draws the augmentation given (Z, eta), then Z by word/doc/exp-proposal MH given
@@ -128,8 +128,7 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
     averaged into ``head.eta_mean`` (prediction), and the batch is folded into the head's carried
     statistics with the retained sweeps' average augmentation (``head.end_batch``).
 
-    ``learn_alpha``: alpha is the empirical-Bayes value of the chain's doc-topic counts, one Newton
-    step per sweep (stats["alpha"]).  ``stop(trace)``: at most ``n_sweeps`` sweeps, fewer when it
+    ``stop(trace)``: at most ``n_sweeps`` sweeps, fewer when it
     returns True on the trace of the word log-likelihood per token after each sweep
     (stats["loglik_trace"]); see ``alias_supervised.run_fit_chain``.  ``window``: eta and the
     augmentation are averaged over the last ``window`` sweeps instead (``eta_burn_in`` unused).
@@ -143,11 +142,10 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
     G = np.zeros((1, 1))
     burn = n_sweeps // 2 if eta_burn_in is None else min(int(eta_burn_in), n_sweeps - 1)
     sv = SupervisedSweeps(head, targets, tok_ptr, K, sample_eta=True, eta_sweeps=eta_sweeps, burn=burn,
-                          callback=callback, callback_every=callback_every, alpha=float(alpha),
-                          learn_alpha=learn_alpha, window=window)
+                          callback=callback, callback_every=callback_every, window=window)
 
     def call(seed_, n, init, record_from, z_rec, doc_acc):
-        return arr.run(seed_, tok_w, tok_ptr, Gk, G, False, beta, sv.alpha, n, mh_steps, proposal == "mixture", init,
+        return arr.run(seed_, tok_w, tok_ptr, Gk, G, False, beta, alpha, n, mh_steps, proposal == "mixture", init,
                        record_from, z_rec, doc_acc, word_prior=alpha_proposal == "word", tries=m, sup=sv.term())
 
     n_tok = max(tok_w.shape[0], 1)
@@ -160,7 +158,7 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
                  "supervised_seconds": sv.seconds, "changed_per_sweep": float(total[S_CHANGED]) / max(done, 1),
                  "exp_proposal_docs_per_sweep": float(total[S_EXP_DOCS]) / max(done, 1),
                  "supervised_docs": int(sv.rows.size), "eta_retained": sv.kept, "tries": list(m),
-                 "alpha": sv.alpha, "loglik_trace": trace}
+                 "loglik_trace": trace}
 
 
 @dataclass

@@ -57,7 +57,6 @@ from collections import deque
 import numpy as np
 from numba import njit
 
-from ..hyper import alpha_step
 from .alias_core import EXP_GATE, INIT_GIVEN, INIT_UNIFORM, N_STATS, SweepHook, run_chain
 
 __all__ = ["EXP_GATE", "N_STATS", "SupervisedSweeps", "doc_topic_counts", "run_fit_chain", "run_sweeps",
@@ -109,13 +108,11 @@ class SupervisedSweeps(SweepHook):
     (Z, augmentation); the augmentations (and eta samples) of the sweeps >= ``burn`` are averaged
     for ``finish`` (``head.end_batch``), or, with ``window``, those of the last ``window`` sweeps
     (a chain whose length a stopping rule decides).  Streaming keeps eta fixed (the model updates
-    the head).  ``learn_alpha``: alpha follows the chain (empirical Bayes, one Newton step per
-    sweep).  ``seconds``: time spent in the head.
+    the head).  ``seconds``: time spent in the head.
     """
 
     def __init__(self, head, targets, tok_ptr, K: int, sample_eta: bool = False, eta_sweeps: int = 1,
-                 burn: int = 0, callback=None, callback_every: int = 0, alpha: float | None = None,
-                 learn_alpha: bool = False, window: int | None = None):
+                 burn: int = 0, callback=None, callback_every: int = 0, window: int | None = None):
         self.head = head
         self.K = K
         self.tok_ptr = tok_ptr
@@ -142,8 +139,6 @@ class SupervisedSweeps(SweepHook):
         self.seconds = 0.0
         self.kept = 0
         self.zb = None
-        self.alpha = alpha
-        self.learn_alpha = bool(learn_alpha) and alpha is not None
         self.done = 0
         self.window = None if window is None else deque(maxlen=max(int(window), 1))
         if sample_eta:
@@ -176,14 +171,6 @@ class SupervisedSweeps(SweepHook):
     def after(self, done: int, arr) -> None:
         self.done += 1
         done = self.done
-        t0 = time.perf_counter()
-        if self.learn_alpha:
-            # empirical Bayes on the chain's doc-topic counts (the Dirichlet-multinomial evidence
-            # has the gradient of hyper.alpha_gradient with E[log pi] -> its digamma form): one
-            # Newton step per sweep, a Gibbs-EM step (docs/supervised.md §5.4)
-            doc_topic_counts(arr.z, self.tok_ptr, self.K, self.counts)
-            self.alpha = alpha_step(self.alpha, self.counts, 1.0)
-            self.seconds += time.perf_counter() - t0
         if self.sample_eta and self.rows.size:
             t0 = time.perf_counter()
             self.draw_eta(done, arr.z)
