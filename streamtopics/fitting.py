@@ -133,7 +133,7 @@ def fit_sweeps(model, docs, labels, n_sweeps: int, tol: float = FIT_TOL):
         for lo, hi in chunks(batch.n_docs):
             zbar[lo:hi] = normalise_rows(
                 model.local_step.infer(model.state, slice_batch(batch, lo, hi), summarize=False).doc_topic)
-        head.update(zbar, labels, n_sweeps=max(int(sup.sweeps), 20))
+        head.update(zbar, labels, n_sweeps=int(sup.sweeps))  # warm start: the head's own sweeps per call (§5.4)
         model.head = head
         stats["refit_seconds"] = time.perf_counter() - t1
     stats["fit_seconds"] = time.perf_counter() - t0
