@@ -55,3 +55,17 @@ def test_default_fit_stops_by_the_rule_without_losing_accuracy():
     assert st["eta_retained"] == FIT_WINDOW
     acc, acc_long = _acc(m, te, yte), _acc(long, te, yte)
     assert acc > 0.85 and acc >= acc_long - 0.03, (acc, acc_long, st["sweeps"])
+
+
+def test_count_loglik_equals_the_token_sum():
+    from streamtopics.engines.alias import batch_tokens, run_batch_sampler
+    from streamtopics.engines.alias_supervised import count_loglik
+    m = TopicModel(n_topics=5, engine="alias")
+    m.reset()
+    tr, _ = make_binary(80, 4)
+    batch = m.prepare(m.tokenize(tr), grow=True)
+    tok_w, tok_ptr = batch_tokens(batch)
+    arr, _ = run_batch_sampler(tok_w, tok_ptr, batch.uniq.shape[0], 5, 0.1, 0.05, m.state.n_words, 3, seed=2)
+    Gk = np.full(5, m.state.n_words * 0.05)
+    want = arr.word_loglik(tok_w, Gk, np.zeros((1, 1)), False, 0.05)
+    assert np.isclose(count_loglik(arr.counts(), arr.nk, 0.05, Gk), want, rtol=1e-12)

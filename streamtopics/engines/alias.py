@@ -20,7 +20,7 @@ import numpy as np
 from ..summary import LocalResult, Summary
 from .alias_core import (INIT_TABLE, INIT_UNIFORM, S_CHANGED, S_EXP_DOCS, S_REBUILDS, SamplerArrays,  # noqa: F401
                          SweepHook, acceptance, check_tries, default_tries, resolve_tries, run_chain)
-from .alias_supervised import SupervisedSweeps, run_fit_chain
+from .alias_supervised import SupervisedSweeps, count_loglik, run_fit_chain
 from .walker import alias_sample  # noqa: F401  (public: tests and callers draw from a Walker table)
 
 PROPOSALS = ("cycle", "mixture")
@@ -150,7 +150,7 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
 
     n_tok = max(tok_w.shape[0], 1)
     total, t_kernel, trace = run_fit_chain(arr, call, sv, n_sweeps, seed,
-                                           lambda: arr.word_loglik(tok_w, Gk, G, False, beta) / n_tok, stop)
+                                           lambda: count_loglik(arr.counts(), arr.nk, beta, Gk) / n_tok, stop)
     sv.finish()
     done = len(trace)
     return arr, {"mh_acceptance": acceptance(total, exp=True), "alias_rebuilds": int(total[S_REBUILDS]),
