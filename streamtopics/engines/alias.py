@@ -20,7 +20,7 @@ import numpy as np
 from ..summary import LocalResult, Summary
 from .alias_core import (INIT_TABLE, INIT_UNIFORM, S_CHANGED, S_EXP_DOCS, S_REBUILDS, SamplerArrays,  # noqa: F401
                          SweepHook, acceptance, check_tries, default_tries, resolve_tries, run_chain)
-from .alias_supervised import SupervisedSweeps
+from .alias_supervised import SupervisedSweeps, count_loglik, run_fit_chain
 from .walker import alias_sample  # noqa: F401  (public: tests and callers draw from a Walker table)
 
 PROPOSALS = ("cycle", "mixture")
@@ -69,7 +69,7 @@ def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta:
                       table_draws: int | None = None, callback: Callable | None = None,
                       callback_every: int = 0, alpha_proposal: str = "word",
                       tries: int | tuple[int, int] | None = None, head=None, targets=None, eta_sweeps: int = 1,
-                      eta_burn_in: int | None = None) -> tuple[SamplerArrays, dict]:
+                      eta_burn_in: int | None = None, **sup_kw) -> tuple[SamplerArrays, dict]:
     """Batch mode: collapsed LDA over tokens held in memory (g = beta, G_k = V beta), uniform start.
 
     Word rows are sized by each word's token count (hash rows for rare words).  Returns the
@@ -85,47 +85,80 @@ def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta:
     with the retained sweeps' average augmentation (``head.end_batch``).
     """
     check_proposals(proposal, alpha_proposal)
+    if head is not None and targets is not None:
+        return run_batch_sampler_supervised(tok_w, tok_ptr, U, n_topics, alpha, beta, n_vocab, n_sweeps, seed, head,
+                                            targets, mh_steps=mh_steps, proposal=proposal, table_draws=table_draws,
+                                            callback=callback, callback_every=callback_every,
+                                            alpha_proposal=alpha_proposal, tries=tries, eta_sweeps=eta_sweeps,
+                                            eta_burn_in=eta_burn_in, **sup_kw)
+    if sup_kw:
+        raise TypeError(f"{sorted(sup_kw)} apply to supervised runs only (head and targets)")
     K = int(n_topics)
     n_sweeps = int(n_sweeps)
     m = resolve_tries(tries, K)
     arr = SamplerArrays(U, tok_w.shape[0], K, table_draws, freq=np.bincount(tok_w, minlength=U))
     Gk = np.full(K, n_vocab * beta)
     G = np.zeros((1, 1))
-    sv = None
-    if head is not None and targets is not None:
-        burn = n_sweeps // 2 if eta_burn_in is None else min(int(eta_burn_in), n_sweeps - 1)
-        sv = SupervisedSweeps(head, targets, tok_ptr, K, sample_eta=True, eta_sweeps=eta_sweeps, burn=burn,
-                              callback=callback, callback_every=callback_every)
 
     def call(seed_, n, init, record_from, z_rec, doc_acc):
         return arr.run(seed_, tok_w, tok_ptr, Gk, G, False, beta, alpha, n, mh_steps, proposal == "mixture", init,
-                       record_from, z_rec, doc_acc, word_prior=alpha_proposal == "word", tries=m,
-                       sup=None if sv is None else sv.term())
+                       record_from, z_rec, doc_acc, word_prior=alpha_proposal == "word", tries=m)
 
-    if sv is None:
-        seeds = np.random.SeedSequence(seed).generate_state(max(n_sweeps, 1) + 1, dtype=np.uint32)
-        step = callback_every if callback and callback_every > 0 else n_sweeps
-        total, elapsed = run_chain(arr, call, n_sweeps, seeds, chunk=step, init=INIT_UNIFORM,
-                                   hook=_Progress(callback))
-        return arr, {"mh_acceptance": acceptance(total), "alias_rebuilds": int(total[S_REBUILDS]),
-                     "sweeps": int(n_sweeps), "sampling_seconds": elapsed,
-                     "changed_per_sweep": float(total[S_CHANGED]) / max(n_sweeps, 1), "tries": list(m),
-                     "rows_mib": arr.nbytes / 2**20}
-    seeds = np.random.SeedSequence(seed).generate_state(n_sweeps + 1, dtype=np.uint32)
-    total, t_kernel = run_chain(arr, call, n_sweeps, seeds, chunk=1, init=INIT_UNIFORM, init_alone=True, hook=sv)
-    sv.finish()
-    return arr, {"mh_acceptance": acceptance(total, exp=True), "alias_rebuilds": int(total[S_REBUILDS]),
-                 "sweeps": n_sweeps, "sampling_seconds": t_kernel + sv.seconds, "kernel_seconds": t_kernel,
-                 "supervised_seconds": sv.seconds, "changed_per_sweep": float(total[S_CHANGED]) / max(n_sweeps, 1),
-                 "exp_proposal_docs_per_sweep": float(total[S_EXP_DOCS]) / max(n_sweeps, 1),
-                 "supervised_docs": int(sv.rows.size), "eta_retained": sv.kept, "tries": list(m)}
+    seeds = np.random.SeedSequence(seed).generate_state(max(n_sweeps, 1) + 1, dtype=np.uint32)
+    step = callback_every if callback and callback_every > 0 else n_sweeps
+    total, elapsed = run_chain(arr, call, n_sweeps, seeds, chunk=step, init=INIT_UNIFORM, hook=_Progress(callback))
+    return arr, {"mh_acceptance": acceptance(total), "alias_rebuilds": int(total[S_REBUILDS]),
+                 "sweeps": int(n_sweeps), "sampling_seconds": elapsed,
+                 "changed_per_sweep": float(total[S_CHANGED]) / max(n_sweeps, 1), "tries": list(m),
+                 "rows_mib": arr.nbytes / 2**20}
 
 
 def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta: float, n_vocab: int,
-                                 n_sweeps: int, seed: int, head, targets, **kw) -> tuple[SamplerArrays, dict]:
-    """``run_batch_sampler`` with labels (kept for callers of the former separate driver)."""
-    return run_batch_sampler(tok_w, tok_ptr, U, n_topics, alpha, beta, n_vocab, n_sweeps, seed, head=head,
-                             targets=targets, **kw)
+                                 n_sweeps: int, seed: int, head, targets, mh_steps: int = 2, proposal: str = "cycle",
+                                 table_draws: int | None = None, callback: Callable | None = None,
+                                 callback_every: int = 0, alpha_proposal: str = "word",
+                                 tries: int | tuple[int, int] | None = None, eta_sweeps: int = 1,
+                                 eta_burn_in: int | None = None, stop: Callable | None = None,
+                                 window: int | None = None
+                                 ) -> tuple[SamplerArrays, dict]:
+    """Supervised batch mode (LightMedLDA §3), ``run_batch_sampler`` with ``head`` and ``targets``:
+    each sweep draws the augmentation given (Z, eta), then Z by word/doc/exp-proposal MH given
+    (augmentation, eta), then ``eta_sweeps`` coordinate-wise Gibbs sweeps of eta given (Z,
+    augmentation).  eta samples of the sweeps >= ``eta_burn_in`` (default n_sweeps // 2) are
+    averaged into ``head.eta_mean`` (prediction), and the batch is folded into the head's carried
+    statistics with the retained sweeps' average augmentation (``head.end_batch``).
+
+    ``stop(trace)``: at most ``n_sweeps`` sweeps, fewer when it
+    returns True on the trace of the word log-likelihood per token after each sweep
+    (stats["loglik_trace"]); see ``alias_supervised.run_fit_chain``.  ``window``: eta and the
+    augmentation are averaged over the last ``window`` sweeps instead (``eta_burn_in`` unused).
+    """
+    check_proposals(proposal, alpha_proposal)
+    K = int(n_topics)
+    n_sweeps = int(n_sweeps)
+    m = resolve_tries(tries, K)
+    arr = SamplerArrays(U, tok_w.shape[0], K, table_draws, freq=np.bincount(tok_w, minlength=U))
+    Gk = np.full(K, n_vocab * beta)
+    G = np.zeros((1, 1))
+    burn = n_sweeps // 2 if eta_burn_in is None else min(int(eta_burn_in), n_sweeps - 1)
+    sv = SupervisedSweeps(head, targets, tok_ptr, K, sample_eta=True, eta_sweeps=eta_sweeps, burn=burn,
+                          callback=callback, callback_every=callback_every, window=window)
+
+    def call(seed_, n, init, record_from, z_rec, doc_acc):
+        return arr.run(seed_, tok_w, tok_ptr, Gk, G, False, beta, alpha, n, mh_steps, proposal == "mixture", init,
+                       record_from, z_rec, doc_acc, word_prior=alpha_proposal == "word", tries=m, sup=sv.term())
+
+    n_tok = max(tok_w.shape[0], 1)
+    total, t_kernel, trace = run_fit_chain(arr, call, sv, n_sweeps, seed,
+                                           lambda: count_loglik(arr.counts(), arr.nk, beta, Gk) / n_tok, stop)
+    sv.finish()
+    done = len(trace)
+    return arr, {"mh_acceptance": acceptance(total, exp=True), "alias_rebuilds": int(total[S_REBUILDS]),
+                 "sweeps": done, "sampling_seconds": t_kernel + sv.seconds, "kernel_seconds": t_kernel,
+                 "supervised_seconds": sv.seconds, "changed_per_sweep": float(total[S_CHANGED]) / max(done, 1),
+                 "exp_proposal_docs_per_sweep": float(total[S_EXP_DOCS]) / max(done, 1),
+                 "supervised_docs": int(sv.rows.size), "eta_retained": sv.kept, "tries": list(m),
+                 "loglik_trace": trace}
 
 
 @dataclass
@@ -221,7 +254,7 @@ class AliasEngine:
 
     def fit_state(self, state, batch, n_sweeps: int, seed: int, callback: Callable | None = None,
                   callback_every: int = 0, head=None, targets=None, eta_sweeps: int = 1,
-                  eta_burn_in: int | None = None) -> dict:
+                  eta_burn_in: int | None = None, **sup_kw) -> dict:
         """Batch mode: collapsed sweeps over ``batch`` (all of it in memory), then state <- last sample.
 
         The target is the exact collapsed conditional with g = beta and G_k = V beta, V the
@@ -237,7 +270,7 @@ class AliasEngine:
                                        table_draws=self.table_draws, callback=callback,
                                        callback_every=callback_every, alpha_proposal=self.alpha_proposal,
                                        tries=self.tries, head=head, targets=targets, eta_sweeps=eta_sweeps,
-                                       eta_burn_in=eta_burn_in)
+                                       eta_burn_in=eta_burn_in, **sup_kw)
         arr.release_tables()  # free the proposal buffers before lambda is written
         nv = state.n_words
         state.mu[:nv] = 0.0
@@ -251,7 +284,8 @@ class AliasEngine:
         state.version += 1
         state.initialized = True
         stats.update(docs=batch.n_docs, tokens=N,
-                     tokens_per_s=N * n_sweeps / stats["sampling_seconds"] if stats["sampling_seconds"] > 0 else 0.0)
+                     tokens_per_s=N * stats["sweeps"] / stats["sampling_seconds"]
+                     if stats["sampling_seconds"] > 0 else 0.0)
         return stats
 
     def config(self) -> dict:

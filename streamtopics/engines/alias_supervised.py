@@ -52,13 +52,15 @@ term it takes (``supervised_term``) and drives the sweeps around it (``Supervise
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import numpy as np
 from numba import njit
 
-from .alias_core import EXP_GATE, N_STATS, SweepHook
+from .alias_core import EXP_GATE, INIT_GIVEN, INIT_UNIFORM, N_STATS, SweepHook, run_chain
 
-__all__ = ["EXP_GATE", "N_STATS", "SupervisedSweeps", "doc_topic_counts", "run_sweeps", "supervised_term"]
+__all__ = ["EXP_GATE", "N_STATS", "SupervisedSweeps", "count_loglik", "doc_topic_counts", "run_fit_chain",
+           "run_sweeps", "supervised_term"]
 
 
 def supervised_term(eta, rho, kappa, sup_doc, K: int, D: int, exp_gate: float = EXP_GATE, use_exp: bool = True):
@@ -96,6 +98,24 @@ def doc_topic_counts(z, tok_ptr, K, out):
             out[d, z[i]] += 1.0
 
 
+@njit(cache=True, nogil=True)
+def count_loglik(counts, nk, beta, Gk):
+    """sum_i log phi_hat(w_i | z_i) at the current counts, from n_wk and n_k alone:
+    sum_wk n_wk log(beta + n_wk) - sum_k n_k log(Gk_k + n_k) (= ``SamplerArrays.word_loglik``
+    with g = beta, in O(U K) instead of a row search per token)."""
+    total = 0.0
+    U, K = counts.shape
+    for u in range(U):
+        for k in range(K):
+            c = counts[u, k]
+            if c > 0:
+                total += c * np.log(beta + c)
+    for k in range(K):
+        if nk[k] > 0:
+            total -= nk[k] * np.log(Gk[k] + nk[k])
+    return total
+
+
 class SupervisedSweeps(SweepHook):
     """The engine side of the supervised contract, as the driver's per-sweep hook.
 
@@ -103,13 +123,14 @@ class SupervisedSweeps(SweepHook):
     the labelled documents is redrawn exactly from their current zbar with the head's current
     eta sample (IG for the hinge, PG for the logistic loss; docs/supervised.md §2).  In batch
     mode (``sample_eta``) each sweep is followed by ``eta_sweeps`` Gibbs sweeps of eta given
-    (Z, augmentation); the augmentations of the sweeps >= ``burn`` are averaged for
-    ``finish`` (``head.end_batch``).  Streaming keeps eta fixed (the model updates the head).
-    ``seconds``: time spent in the head.
+    (Z, augmentation); the augmentations (and eta samples) of the sweeps >= ``burn`` are averaged
+    for ``finish`` (``head.end_batch``), or, with ``window``, those of the last ``window`` sweeps
+    (a chain whose length a stopping rule decides).  Streaming keeps eta fixed (the model updates
+    the head).  ``seconds``: time spent in the head.
     """
 
     def __init__(self, head, targets, tok_ptr, K: int, sample_eta: bool = False, eta_sweeps: int = 1,
-                 burn: int = 0, callback=None, callback_every: int = 0):
+                 burn: int = 0, callback=None, callback_every: int = 0, window: int | None = None):
         self.head = head
         self.K = K
         self.tok_ptr = tok_ptr
@@ -136,6 +157,8 @@ class SupervisedSweeps(SweepHook):
         self.seconds = 0.0
         self.kept = 0
         self.zb = None
+        self.done = 0
+        self.window = None if window is None else deque(maxlen=max(int(window), 1))
         if sample_eta:
             head.begin_batch(None)
         self.rho_sum = np.zeros((self.rows.size, head.n_labels))
@@ -164,22 +187,62 @@ class SupervisedSweeps(SweepHook):
         self.seconds += time.perf_counter() - t0
 
     def after(self, done: int, arr) -> None:
+        self.done += 1
+        done = self.done
         if self.sample_eta and self.rows.size:
             t0 = time.perf_counter()
-            self.zb = self.zbar(arr.z)
-            retain = done - 1 >= self.burn
-            self.head.sample_eta(self.zb, self.rho[self.rows], self.kappa[self.rows], n_sweeps=self.eta_sweeps,
-                                 retain=retain)
-            if retain:
-                self.rho_sum += self.rho[self.rows]
-                self.kappa_sum += self.kappa[self.rows]
-                self.kept += 1
+            self.draw_eta(done, arr.z)
             self.seconds += time.perf_counter() - t0
         if self.callback and self.callback_every > 0 and done % self.callback_every == 0:
             self.callback(done, arr)
 
+    def draw_eta(self, done: int, z) -> None:
+        """eta given (Z, augmentation) after sweep ``done``; keep what ``finish`` averages."""
+        self.zb = self.zbar(z)
+        rho, kappa = self.rho[self.rows], self.kappa[self.rows]
+        retain = self.window is None and done - 1 >= self.burn
+        self.head.sample_eta(self.zb, rho, kappa, n_sweeps=self.eta_sweeps, retain=retain)
+        if self.window is not None:
+            self.window.append((self.head.eta.copy(), rho.copy(), kappa.copy()))
+        elif retain:
+            self.rho_sum += rho
+            self.kappa_sum += kappa
+            self.kept += 1
+
     def finish(self) -> None:
         """Batch mode: fold the batch into the head's carried statistics with the retained sweeps'
         average augmentation."""
+        if self.rows.size and self.window:
+            etas = np.stack([w[0] for w in self.window])
+            self.kept = len(self.window)
+            self.head.end_batch(self.zb, np.mean([w[1] for w in self.window], axis=0),
+                                np.mean([w[2] for w in self.window], axis=0))
+            self.head.eta_mean = etas.mean(axis=0)
+            self.head.eta_sq_mean = (etas * etas).mean(axis=0)
+            return
         if self.rows.size and self.kept:
             self.head.end_batch(self.zb, self.rho_sum / self.kept, self.kappa_sum / self.kept)
+
+
+def run_fit_chain(arr, call, sv: SupervisedSweeps, max_sweeps: int, seed: int, loglik, stop=None):
+    """Batch mode's supervised chain, one kernel call per sweep (``alias_core.run_chain`` each time,
+    so the seeds are those of one ``run_chain`` over all sweeps): a uniform start, then sweeps
+    with ``sv`` around each until ``max_sweeps`` or ``stop(trace)`` is true, where ``trace`` is
+    the list of ``loglik()`` after each sweep.  Returns (statistics, kernel seconds, trace)."""
+    seeds = np.random.SeedSequence(seed).generate_state(max_sweeps + 1, dtype=np.uint32)
+    total = np.zeros(N_STATS, dtype=np.int64)
+    t_kernel = 0.0
+    trace: list[float] = []
+    for t in range(max_sweeps):
+        if t == 0:
+            st, sec = run_chain(arr, call, 1, seeds[:2], chunk=1, init=INIT_UNIFORM, init_alone=True, hook=sv)
+        else:
+            st, sec = run_chain(arr, call, 1, seeds[t + 1:t + 2], chunk=1, init=INIT_GIVEN, hook=sv)
+        total += st
+        t_kernel += sec
+        t0 = time.perf_counter()
+        trace.append(float(loglik()))
+        sv.seconds += time.perf_counter() - t0
+        if stop is not None and stop(trace):
+            break
+    return total, t_kernel, trace
