@@ -1,7 +1,9 @@
 """Alias-MH local step: ``AliasEngine`` (streaming ``infer``, batch ``fit_state``) and the batch driver.
 
 The sampler itself (target, proposals, multiple tries, exactness, speed) is ``alias_core``: one
-sweep kernel, the statistics slots, the sampler arrays and the one driver.  With labels the
+sweep kernel, the statistics slots, the sampler arrays and the one driver.  Unsupervised batch
+fits at small K run the dense exact Gibbs kernel of ``alias_dense`` instead (``kernel="auto"``;
+its state is handed back as the same SamplerArrays).  With labels the
 supervised term of ``alias_supervised`` (LightMedLDA) is passed into the same kernel and its
 per-sweep hook redraws the augmentation (and, in batch mode, eta) between sweeps.
 

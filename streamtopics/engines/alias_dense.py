@@ -22,6 +22,31 @@ Exactness: every mass is the exact conditional up to float32 rounding (relative 
 the same order as the peers' float kernels; the tests compare whole chains with enumerated
 posteriors of tiny models (chi-square), as for the MH kernel.
 
+Which kernel (``choose_kernel``, ``kernel="auto"``).  Per token the dense kernel costs O(K)
+vector work, the alias-MH kernel amortized O(1) with larger constants (table builds, row
+lookups, rejected proposals), so the dense kernel wins below some K.  Measured with
+``python bench/bench_alias.py --section kernels`` (20NG train, 1.44M tokens, V = 73,397,
+alpha 0.1, beta 0.01, both forced from a uniform start, sampling time, median of 2 paired
+rounds; a shared 2-core machine at load 2-5, so single figures drift 20-40 %):
+
+    K      sweeps  dense ns/token  MH ns/token  dense speed / MH
+    100    20      167             691          4.10x
+    192    20      309             542          1.79x
+    256    20      246             534          2.13x
+    320    20      239             517          2.16x
+    400    20      245             371          1.51x
+    512    20/30   199/239         394/411      1.98x/1.76x
+    768    20/30   571/393         705/419      1.24x/1.12x
+    1024   20/30   378/379         484/364      1.40x/0.96x
+    1536   20      693             373          0.54x
+
+so ``DENSE_MAX_K = 768``: the largest K at which the dense kernel was the faster in every
+median (at 1024 the two tie, at 1536 MH is ~2x faster).  The dense rows take U x K x 4 bytes
+(225 MB at K = 768 on 20NG, against the MH rows' O(tokens) ~65 MB), so "auto" also falls back
+to MH past ``DENSE_MAX_BYTES``.  Both kernels sample the same exact target; per sweep the
+dense one is the exact Gibbs chain itself (MH with default tries trails it by 0.6-0.9 % of
+held-out after 200 sweeps, ``alias_core``).
+
 State: ``DenseArrays`` holds z, n_wk, n_k during a run and converts into the engine's own
 ``alias_core.SamplerArrays`` at the end (``to_sampler_arrays``), so the model's topics,
 snapshots, ``transform`` and later ``partial_fit`` see one form whichever kernel ran.  Which
@@ -209,7 +234,7 @@ class DenseArrays:
 # Which kernel a batch fit runs, and the dense run in the engine's form
 # --------------------------------------------------------------------------------------------
 KERNELS = ("auto", "dense", "mh")
-DENSE_MAX_K = 256  # provisional
+DENSE_MAX_K = 768  # the dense kernel was faster than alias-MH up to here on 20NG (module docstring table)
 DENSE_MAX_BYTES = 512 * 2**20  # dense word rows beyond this: the MH kernel's O(tokens) rows instead
 
 
