@@ -176,7 +176,8 @@ def run_tomotopy(data: Data, K: int, sweeps: int, seed: int = 0, score: bool = T
 def warm_up(corpus: Corpus) -> None:
     """Compile (or load) every numba kernel outside the clocks."""
     small = Data(corpus, 50)
-    run_alias(small, 8, 2)
+    for kern in ("dense", "mh"):
+        run_alias(small, 8, 2, kernel=kern)
     run_gibbs(small, 8, 2, score=False)
 
 
