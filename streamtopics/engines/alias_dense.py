@@ -30,7 +30,7 @@ alpha 0.1, beta 0.01, both forced from a uniform start, sampling time, median of
 rounds; a shared 2-core machine at load 2-5, so single figures drift 20-40 %):
 
     K      sweeps  dense ns/token  MH ns/token  dense speed / MH
-    100    20      167             691          4.10x
+    100    30      84              226          2.76x   (3 rounds, load ~2; at load ~5: 167 / 691)
     192    20      309             542          1.79x
     256    20      246             534          2.13x
     320    20      239             517          2.16x
