@@ -16,9 +16,12 @@ single core, batch mode:
             Gibbs reference, same tokens and uniform start; fewer documents/sweeps at large K
             where the O(K) reference would take too long (both contenders use the same ones).
 * stream  - one pass in minibatches of 256, K=100: alias vs the L-sparse variational engine.
+* kernels - the two batch kernels forced (``alias_dense`` dense exact Gibbs vs alias-MH), paired,
+            per K: the measurement behind ``alias_dense.DENSE_MAX_K`` (where "auto" switches).
 
     python bench/bench_alias.py                        # everything (~60 min on one free core)
     python bench/bench_alias.py --section speed --k 100,1024
+    python bench/bench_alias.py --section kernels --k 100,200,256,320,400,512 --speed-sweeps 20
     python bench/bench_alias.py --quick                # smoke run
 
 Needs the bench extra (tomotopy): pip install -e '.[bench]'.  Take timings on a quiet machine
@@ -102,12 +105,27 @@ class Data:
 
 
 # -- contenders -----------------------------------------------------------------------------------
-def run_alias(data: Data, K: int, sweeps: int, seed: int = 0, score: bool = True, **kw) -> dict:
+def fit_with_kernel(m: TopicModel, docs, sweeps: int, kernel: str) -> TopicModel:
+    """``m.fit(docs, n_sweeps=sweeps)`` with the batch kernel forced ("dense" / "mh"): the steps
+    of ``fitting.fit_sweeps`` through public methods, the engine's ``kernel`` set in between."""
+    m.reset()
+    batch = m.prepare(m.tokenize(docs), grow=True)
+    m.local_step.kernel = kernel
+    m.last_stats = m.local_step.fit_state(m.state, batch, int(sweeps), seed=int(m.rng.integers(1 << 62)))
+    return m
+
+
+def run_alias(data: Data, K: int, sweeps: int, seed: int = 0, score: bool = True, kernel: str = "auto",
+              **kw) -> dict:
     m = TopicModel(n_topics=K, engine="alias", alpha=ALPHA, beta=BETA, seed=seed, **kw)
-    m.fit(data.tokens, n_sweeps=sweeps)
+    if kernel == "auto":
+        m.fit(data.tokens, n_sweeps=sweeps)  # the library's own choice
+    else:
+        fit_with_kernel(m, data.tokens, sweeps, kernel)
     st = m.last_stats
     assert st["tokens"] == data.n_tokens, (st["tokens"], data.n_tokens)
-    out = {"seconds": st["sampling_seconds"], "tokens_per_s": st["tokens_per_s"], "sweeps": sweeps,
+    out = {"kernel": st["kernel"], "seconds": st["sampling_seconds"], "tokens_per_s": st["tokens_per_s"],
+           "sweeps": sweeps,
            "mh_acceptance": st["mh_acceptance"], "alias_rebuilds": st["alias_rebuilds"], "params": kw,
            "tries": st["tries"], "rows_mib": st["rows_mib"]}
     if score:
@@ -158,7 +176,8 @@ def run_tomotopy(data: Data, K: int, sweeps: int, seed: int = 0, score: bool = T
 def warm_up(corpus: Corpus) -> None:
     """Compile (or load) every numba kernel outside the clocks."""
     small = Data(corpus, 50)
-    run_alias(small, 8, 2)
+    for kern in ("dense", "mh"):
+        run_alias(small, 8, 2, kernel=kern)
     run_gibbs(small, 8, 2, score=False)
 
 
@@ -191,7 +210,7 @@ def section_speed(corpus: Corpus, ks: list[int], args) -> dict:
             for label, kw in variants:
                 a = run_alias(data, K, sweeps, score=False, **kw)
                 runs[label].append(a)
-                print(f"    round {r + 1} alias {label:<16} {a['tokens_per_s'] / 1e6:6.2f} M tok/s  "
+                print(f"    round {r + 1} alias {label:<16} [{a['kernel']}] {a['tokens_per_s'] / 1e6:6.2f} M tok/s  "
                       f"{1e9 / a['tokens_per_s']:6.0f} ns/token  acceptance word {a['mh_acceptance']['word']:.2f} "
                       f"doc {a['mh_acceptance']['doc']:.2f}, rows {a['rows_mib']:.0f} MiB", flush=True)
             t = run_tomotopy(data, K, sweeps, score=False)
@@ -222,6 +241,30 @@ def section_speed(corpus: Corpus, ks: list[int], args) -> dict:
     return res
 
 
+def section_kernels(corpus: Corpus, ks: list[int], args) -> dict:
+    """The batch kernels against each other: dense exact Gibbs vs alias-MH, forced, paired rounds,
+    the same sweeps from a uniform start; where the dense kernel stops being faster is
+    ``alias_dense.DENSE_MAX_K``."""
+    data = Data(corpus)
+    sweeps = args.speed_sweeps
+    print(f"\n[kernels] 20NG train: {data.n_tokens:,} tokens, V={data.V:,}; {sweeps} sweeps, {args.rounds} paired "
+          f"rounds (dense, mh), median; sampling time only", flush=True)
+    res = {}
+    for K in ks:
+        runs = {"dense": [], "mh": []}
+        for r in range(args.rounds):
+            for kern in runs:
+                runs[kern].append(run_alias(data, K, sweeps, score=False, kernel=kern)["tokens_per_s"])
+            print(f"  K={K:<5} round {r + 1}: dense {1e9 / runs['dense'][-1]:5.0f} ns/token, mh "
+                  f"{1e9 / runs['mh'][-1]:5.0f} ns/token; load {load()}", flush=True)
+        ratio = float(np.median([d / m for d, m in zip(runs["dense"], runs["mh"])]))
+        res[K] = {"dense_ns": 1e9 / float(np.median(runs["dense"])), "mh_ns": 1e9 / float(np.median(runs["mh"])),
+                  "dense_over_mh_speed": ratio, "runs": runs}
+        print(f"  K={K:<5} => dense {res[K]['dense_ns']:.0f} ns/token, mh {res[K]['mh_ns']:.0f} ns/token, "
+              f"dense speed {ratio:.2f}x mh", flush=True)
+    return res
+
+
 def section_quality(corpus: Corpus, ks: list[int], args) -> dict:
     # K: (training docs, sweeps, test docs); the O(K) reference bounds the large-K runs
     q = args.quality_sweeps
@@ -242,7 +285,7 @@ def section_quality(corpus: Corpus, ks: list[int], args) -> dict:
             a = run_alias(data, K, sweeps, seed=1, **kw)
             gap = (a["heldout"] - g["heldout"]) / abs(g["heldout"])
             res[K][f"alias {label}"] = dict(a, relative_gap=gap)
-            print(f"          alias {label}: {a['heldout']:.4f}  gap {100 * gap:+.2f}% (target: within 1%)  "
+            print(f"          alias {label} ({a['kernel']} kernel): {a['heldout']:.4f}  gap {100 * gap:+.2f}% (target: within 1%)  "
                   f"({a['tokens_per_s'] / 1e6:.2f} M tok/s, tries used {a['tries']})", flush=True)
     return res
 
@@ -265,7 +308,7 @@ def section_stream(corpus: Corpus, args) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--section", choices=["speed", "quality", "stream", "all"], default="all")
+    ap.add_argument("--section", choices=["speed", "quality", "stream", "kernels", "all"], default="all")
     ap.add_argument("--k", default="100,400,1024,4096", help="comma-separated topic counts")
     ap.add_argument("--speed-sweeps", type=int, default=100)
     ap.add_argument("--quality-sweeps", type=int, default=200)
@@ -285,6 +328,8 @@ def main(argv=None) -> int:
     results = {"load_before": load()}
     if args.section in ("speed", "all"):
         results["speed"] = section_speed(corpus, ks, args)
+    if args.section in ("kernels", "all"):
+        results["kernels"] = section_kernels(corpus, ks, args)
     if args.section in ("quality", "all"):
         results["quality"] = section_quality(corpus, ks, args)
     if args.section in ("stream", "all"):

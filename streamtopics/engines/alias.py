@@ -1,7 +1,9 @@
 """Alias-MH local step: ``AliasEngine`` (streaming ``infer``, batch ``fit_state``) and the batch driver.
 
 The sampler itself (target, proposals, multiple tries, exactness, speed) is ``alias_core``: one
-sweep kernel, the statistics slots, the sampler arrays and the one driver.  With labels the
+sweep kernel, the statistics slots, the sampler arrays and the one driver.  Unsupervised batch
+fits at small K run the dense exact Gibbs kernel of ``alias_dense`` instead (``kernel="auto"``;
+its state is handed back as the same SamplerArrays).  With labels the
 supervised term of ``alias_supervised`` (LightMedLDA) is passed into the same kernel and its
 per-sweep hook redraws the augmentation (and, in batch mode, eta) between sweeps.
 
@@ -20,6 +22,7 @@ import numpy as np
 from ..summary import LocalResult, Summary
 from .alias_core import (INIT_TABLE, INIT_UNIFORM, S_CHANGED, S_EXP_DOCS, S_REBUILDS, SamplerArrays,  # noqa: F401
                          SweepHook, acceptance, check_tries, default_tries, resolve_tries, run_chain)
+from .alias_dense import KERNELS, check_kernel, choose_kernel, run_dense_sampler  # noqa: F401  (KERNELS: public)
 from .alias_supervised import SupervisedSweeps, count_loglik, run_fit_chain
 from .walker import alias_sample  # noqa: F401  (public: tests and callers draw from a Walker table)
 
@@ -69,7 +72,7 @@ def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta:
                       table_draws: int | None = None, callback: Callable | None = None,
                       callback_every: int = 0, alpha_proposal: str = "word",
                       tries: int | tuple[int, int] | None = None, head=None, targets=None, eta_sweeps: int = 1,
-                      eta_burn_in: int | None = None, **sup_kw) -> tuple[SamplerArrays, dict]:
+                      eta_burn_in: int | None = None, kernel: str = "auto", **sup_kw) -> tuple[SamplerArrays, dict]:
     """Batch mode: collapsed LDA over tokens held in memory (g = beta, G_k = V beta), uniform start.
 
     Word rows are sized by each word's token count (hash rows for rare words).  Returns the
@@ -83,8 +86,14 @@ def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta:
     samples of the sweeps >= ``eta_burn_in`` (default n_sweeps // 2) are averaged into
     ``head.eta_mean`` (prediction), and the batch is folded into the head's carried statistics
     with the retained sweeps' average augmentation (``head.end_batch``).
+
+    ``kernel`` ("auto", "dense", "mh"; ``alias_dense.choose_kernel``): without labels, "auto"
+    runs the dense exact Gibbs kernel of ``alias_dense`` at small K, the alias-MH kernel above;
+    either way the result is these SamplerArrays and the same stats keys (``stats["kernel"]``
+    says which ran; the dense kernel has no MH acceptance: NaN).
     """
     check_proposals(proposal, alpha_proposal)
+    chosen = choose_kernel(kernel, int(n_topics), U, supervised=head is not None and targets is not None)
     if head is not None and targets is not None:
         return run_batch_sampler_supervised(tok_w, tok_ptr, U, n_topics, alpha, beta, n_vocab, n_sweeps, seed, head,
                                             targets, mh_steps=mh_steps, proposal=proposal, table_draws=table_draws,
@@ -96,6 +105,10 @@ def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta:
     K = int(n_topics)
     n_sweeps = int(n_sweeps)
     m = resolve_tries(tries, K)
+    if chosen == "dense":
+        step = callback_every if callback and callback_every > 0 else n_sweeps
+        return run_dense_sampler(tok_w, tok_ptr, U, K, alpha, beta, n_vocab, n_sweeps, seed, table_draws,
+                                 chunk=step, hook=_Progress(callback))
     arr = SamplerArrays(U, tok_w.shape[0], K, table_draws, freq=np.bincount(tok_w, minlength=U))
     Gk = np.full(K, n_vocab * beta)
     G = np.zeros((1, 1))
@@ -107,7 +120,7 @@ def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta:
     seeds = np.random.SeedSequence(seed).generate_state(max(n_sweeps, 1) + 1, dtype=np.uint32)
     step = callback_every if callback and callback_every > 0 else n_sweeps
     total, elapsed = run_chain(arr, call, n_sweeps, seeds, chunk=step, init=INIT_UNIFORM, hook=_Progress(callback))
-    return arr, {"mh_acceptance": acceptance(total), "alias_rebuilds": int(total[S_REBUILDS]),
+    return arr, {"kernel": "mh", "mh_acceptance": acceptance(total), "alias_rebuilds": int(total[S_REBUILDS]),
                  "sweeps": int(n_sweeps), "sampling_seconds": elapsed,
                  "changed_per_sweep": float(total[S_CHANGED]) / max(n_sweeps, 1), "tries": list(m),
                  "rows_mib": arr.nbytes / 2**20}
@@ -177,6 +190,9 @@ class AliasEngine:
     tries : candidates per MH step, drawn from the step's proposal and chosen among by the other
         factor of the target (multiple-try MH, module docstring): an int for both kinds or a
         (word, doc) pair; None: (2, 1) for K >= 256, else (1, 1).
+    kernel : the kernel of unsupervised batch fits (``fit_state``): "auto" (dense exact Gibbs
+        at small K, alias-MH above: ``alias_dense``), "dense" or "mh"; streaming ``infer`` and
+        supervised fits run the MH kernel.
     seed_source : callable returning a fresh seed per call (the model's Generator); without
         it the engine uses its own ``numpy.random.Generator(seed)``.
     """
@@ -191,9 +207,11 @@ class AliasEngine:
     seed: int = 0
     seed_source: Callable[[], int] | None = field(default=None, repr=False)
     name: str = "alias"
+    kernel: str = "auto"
 
     def __post_init__(self):
         check_proposals(self.proposal, self.alpha_proposal)
+        check_kernel(self.kernel)
         self.tries = check_tries(self.tries)
         self._rng = np.random.default_rng(self.seed)
 
@@ -270,7 +288,7 @@ class AliasEngine:
                                        table_draws=self.table_draws, callback=callback,
                                        callback_every=callback_every, alpha_proposal=self.alpha_proposal,
                                        tries=self.tries, head=head, targets=targets, eta_sweeps=eta_sweeps,
-                                       eta_burn_in=eta_burn_in, **sup_kw)
+                                       eta_burn_in=eta_burn_in, kernel=self.kernel, **sup_kw)
         arr.release_tables()  # free the proposal buffers before lambda is written
         nv = state.n_words
         state.mu[:nv] = 0.0
@@ -291,7 +309,7 @@ class AliasEngine:
     def config(self) -> dict:
         return {"burn_in": self.burn_in, "sample_sweeps": self.sample_sweeps, "mh_steps": self.mh_steps,
                 "proposal": self.proposal, "table_draws": self.table_draws, "alpha_proposal": self.alpha_proposal,
-                "tries": None if self.tries is None else list(self.tries)}
+                "tries": None if self.tries is None else list(self.tries), "kernel": self.kernel}
 
 
 def _summary_from_samples(batch, tok_w, z_rec, K: int) -> Summary:

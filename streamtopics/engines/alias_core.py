@@ -74,6 +74,10 @@ Randomness: each call draws one seed (from the model's ``numpy.random.Generator`
 rather than numba's global np.random, which costs ~9x more per draw), so a run is a function
 of the model seed and the call sequence, and snapshots (which save the Generator) resume it.
 
+Small K: a batch fit without labels runs the dense exact Gibbs kernel of ``alias_dense``
+instead wherever that is faster (K <= ``alias_dense.DENSE_MAX_K``, measured; the table is in
+its docstring); its state comes back as these SamplerArrays (``alias_dense.choose_kernel``).
+
 The supervised term (LightMedLDA: the factor exp(g_d(k)) of the target, the exp proposal) is
 derived in ``alias_supervised``'s docstring; that module builds the term and passes it to the
 same kernel (``sup``), whose LDA variant numba compiles without it.  ``alias`` is the engine
