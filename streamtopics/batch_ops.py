@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .batch import Batch, batch_from_arrays
+from .parallel import overlapped
 
 TRANSFORM_CHUNK = 2048  # documents per local-step call when inferring many documents at once
 
@@ -49,3 +50,16 @@ def tokenize_docs(tokenizer, docs) -> list[list[str]]:
         else:
             raise TypeError(f"document {i}: expected str or list[str], got {type(d).__name__}")
     return out
+
+
+def infer_in_chunks(tokenize, prepare, infer, docs, n_topics: int, overlap: bool) -> np.ndarray:
+    """``infer(prepare(tokenize(chunk)))`` over chunks of ``TRANSFORM_CHUNK`` documents, rows
+    stacked. With ``overlap`` the next chunk is tokenized and prepared (Python, under the GIL)
+    while ``infer`` (GIL-free kernels) runs on this one (``parallel.overlapped``); the chunks are
+    the same either way, and so is the result."""
+    if isinstance(docs, (str, bytes)):
+        tokenize(docs)  # raises the one-str TypeError
+    docs = docs if isinstance(docs, (list, tuple)) else list(docs)
+    parts = overlapped(chunks(len(docs)), lambda span: prepare(tokenize(docs[span[0]:span[1]])), infer, overlap)
+    return np.concatenate(parts) if parts else np.empty((0, n_topics))
+

@@ -23,19 +23,19 @@ import numpy as np
 
 from . import fitting, model_io
 from .batch import Batch, build_batch
-from .batch_ops import chunks, doc_lengths, normalise_rows, slice_batch, tokenize_docs
+from .batch_ops import chunks, doc_lengths, infer_in_chunks, normalise_rows, slice_batch, tokenize_docs
 from .components import build_engine, build_update
 from .evaluate import heldout_loglik_arrays
 from .hyper import alpha_step
 from .options import FLAT, INITS, ModelOptions, Stochastic, flat_params
-from .parallel import ThreadRunner, overlapped, resolve_threads
+from .parallel import ThreadRunner, resolve_threads
 from .results import BatchResult
 from .state import ModelState
 from .summary import Summary
 from .supervised.classifier import SupervisedHead, is_missing
 from .text import Tokenizer, Vocabulary
 from .trends import PrevalenceTracker
-from .updates import MemoizedUpdate, StochasticUpdate
+from .updates import MemoizedUpdate, classifier_decay
 
 ENGINES = ("lsparse", "alias")
 UPDATES = ("stochastic", "memoized")
@@ -67,8 +67,7 @@ class TopicModel:
     docs/supervised.md); text = Text(...) (tokenizer); vocabulary = Vocabulary(...) (cap, policy).
     init : "kmeans++" seeds topics from K diverse documents of the first batch (as the paper
     does), "random" from random ones; every (word, topic) starts with ``init_smoothing``.
-    threads : threads of the variational local step (None or 0: the cores this process may use);
-    the model is the same bit for bit whatever the number.
+    threads : threads of the local step (None or 0: the cores it may use); results do not depend on it.
     **flat : the older flat keywords (``sparsity``, ``corpus_size``, ``sup_c``, ``vocab_cap`` ...,
     the table ``options.FLAT``) set fields of the slots' objects; one given beside an option
     object of its slot raises.  They stay readable as attributes (``model.sparsity``) and
@@ -78,8 +77,7 @@ class TopicModel:
     def __init__(self, n_topics: int = 100, engine="lsparse", update="stochastic", alpha: float | str = "auto",
                  beta: float | None = None, seed: int = 0, *, supervision=None, text=None, vocabulary=None,
                  init: str = "kmeans++", init_smoothing: float = 1.0, threads: int | None = None, **flat):
-        _check_top(n_topics, alpha, beta, init, init_smoothing)
-        resolve_threads(threads)  # ValueError unless None, 0 or an integer >= 1
+        _check_top(n_topics, alpha, beta, init, init_smoothing, threads)
         self.options = ModelOptions.build(engine, update, supervision, text, vocabulary, **flat)
         self.n_topics = n_topics
         self.alpha = alpha
@@ -229,7 +227,8 @@ class TopicModel:
             # head_key (fit's stochastic laps): a revisited batch replaces its classifier statistics
             info["supervised"] = self.head.update(normalise_rows(feats), labels,
                                                   batch_key=batch_key if batch_key is not None else head_key,
-                                                  decay=self.classifier_decay())
+                                                  decay=classifier_decay(self.updater, self.state.n_updates,
+                                                                         self.options.supervision.decay))
             if result is not pre:
                 sup_counts = result.doc_topic
         t3 = time.perf_counter()
@@ -289,18 +288,6 @@ class TopicModel:
         self.state.version += 1
         self.trends.observe(doc_topic.sum(axis=0), self.state.version)
         return info
-
-    def classifier_decay(self) -> float:
-        """Weight the classifier's carried statistics keep when it learns the batch the topics
-        just learned: ``sup_decay`` if set, else the topics' own 1 - rho_t (stochastic update;
-        1 under the memoized one). Its features were computed with topics that the update has
-        since moved by that step (docs/supervised.md, "The classifier forgets at the topics' rate")."""
-        decay = self.options.supervision.decay
-        if decay is not None:
-            return float(decay)
-        if isinstance(self.updater, StochasticUpdate) and self.state.n_updates > 0:
-            return 1.0 - self.updater.rho(self.state.n_updates)
-        return 1.0
 
     def memo_key(self, batch_key):
         """The key a learned batch is memoized under: None for a stochastic update (nothing is
@@ -389,16 +376,9 @@ class TopicModel:
         return self.infer_docs(docs, self.theta)
 
     def infer_docs(self, docs: Sequence, rows=None) -> np.ndarray:
-        """``infer_counts`` of raw documents, tokenized and prepared a chunk at a time; with
-        threads > 1 the next chunk is prepared (Python, under the GIL) while the kernels run on
-        this one. The chunks are the same for any thread count, and so is the result."""
-        if isinstance(docs, (str, bytes)):
-            self.tokenize(docs)  # raises the one-str TypeError
-        docs = docs if isinstance(docs, (list, tuple)) else list(docs)
-        parts = overlapped(
-            chunks(len(docs)), lambda span: self.prepare(self.tokenize(docs[span[0]:span[1]]), grow=False),
-            lambda batch: self.infer_counts(batch, rows), overlap=resolve_threads(self.threads) > 1)
-        return np.concatenate(parts) if parts else np.empty((0, self.n_topics))
+        """``infer_counts`` of raw documents, in pipelined chunks (``batch_ops.infer_in_chunks``)."""
+        prepare, infer = (lambda t: self.prepare(t, grow=False)), (lambda b: self.infer_counts(b, rows))
+        return infer_in_chunks(self.tokenize, prepare, infer, docs, self.n_topics, resolve_threads(self.threads) > 1)
 
     # -- supervised prediction ----------------------------------------------------------
     @property
@@ -411,7 +391,6 @@ class TopicModel:
     def zbar_docs(self, docs: Sequence) -> np.ndarray:
         """Topic proportions of new documents from the unsupervised local step (the classifier's features)."""
         return self.infer_docs(docs, normalise_rows)
-
 
     def _need_head(self) -> SupervisedHead:
         if self.head is None:
@@ -499,8 +478,9 @@ def _step_stats(batch: Batch, result, info: dict, times: tuple) -> dict:
     }
 
 
-def _check_top(n_topics, alpha, beta, init, init_smoothing) -> None:
+def _check_top(n_topics, alpha, beta, init, init_smoothing, threads) -> None:
     """The settings outside the option objects."""
+    resolve_threads(threads)  # ValueError unless None, 0 or an integer >= 1
     def need(cond, msg):
         if not cond:
             raise ValueError(msg)

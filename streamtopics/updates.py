@@ -176,3 +176,17 @@ class MemoizedUpdate:
 
     def restore_cache(self, items) -> None:
         self.cache = OrderedDict(items)
+
+
+def classifier_decay(updater, n_updates: int, override: float | None = None) -> float:
+    """Weight a supervised head's carried statistics keep when it learns the batch the topics
+    just learned (update number ``n_updates``): ``override`` (``sup_decay``) if set, else the
+    topics' own 1 - rho_t under the stochastic update and 1 under the memoized one.  Its features
+    were computed with topics that update has since moved by that step (docs/supervised.md §4,
+    "The classifier forgets at the topics' rate")."""
+    if override is not None:
+        return float(override)
+    if isinstance(updater, StochasticUpdate) and n_updates > 0:
+        return 1.0 - updater.rho(n_updates)
+    return 1.0
+

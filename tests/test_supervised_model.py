@@ -9,6 +9,7 @@ from streamtopics.batch import batch_from_arrays
 from streamtopics.engines.lsparse import LOGISTIC, HINGE, REGRESSION, LSparseEngine, _sup_coefs, _sup_weights
 from streamtopics.model import load_snapshot
 from streamtopics.supervised import SupervisedHead, omega_moments
+from streamtopics.updates import classifier_decay
 
 # --------------------------------------------------------------------------- synthetic corpora
 K_TRUE = 4
@@ -346,21 +347,20 @@ def test_classifier_forgets_at_the_topics_rate(corpus):
     docs, _, cls = corpus
     m = TopicModel(n_topics=4, supervision="hinge", seed=0)
     m.partial_fit(docs[:60], labels=cls[:60])
-    A1 = m.head.A.copy()
-    assert np.abs(A1).sum() > 0
-    rho2 = m.updater.rho(2)
     m.partial_fit(docs[60:120], labels=cls[60:120])
-    assert m.state.n_updates == 2 and m.classifier_decay() == pytest.approx(1.0 - rho2)
-    # begin_batch applies the decay it is given (process passes classifier_decay())
+    assert m.state.n_updates == 2 and np.abs(m.head.A).sum() > 0
+    assert classifier_decay(m.updater, 2) == pytest.approx(1.0 - m.updater.rho(2))
+    assert 0.0 < classifier_decay(m.updater, 2) < classifier_decay(m.updater, 200) < 1.0
+    assert classifier_decay(m.updater, 2, 0.9) == 0.9
+    memo = TopicModel(n_topics=4, supervision="hinge", update="memoized")
+    assert classifier_decay(memo.updater, 2) == 1.0
+    # begin_batch applies the decay it is given (process passes classifier_decay's)
     h = SupervisedHead(4, "hinge", seed=0)
     h.A[:] = 1.0
     h.begin_batch(None, decay=0.25)
     assert np.all(h.A == 0.25)
-    with pytest.raises(ValueError, match="decay"):
-        h.begin_batch(None, decay=0.0)
-    assert TopicModel(n_topics=4, supervision="hinge", sup_decay=0.9).classifier_decay() == 0.9
-    memo = TopicModel(n_topics=4, supervision="hinge", update="memoized")
-    memo.partial_fit(docs[:60], labels=cls[:60])
-    assert memo.classifier_decay() == 1.0
+    h.begin_batch(None, decay=0.0)  # a first step of rho = 1 (delay 0) forgets everything
+    assert np.all(h.A == 0.0)
     with pytest.raises(ValueError, match="decay"):
         TopicModel(n_topics=4, supervision="hinge", sup_decay=1.5)
+

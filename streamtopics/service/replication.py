@@ -42,6 +42,7 @@ import numpy as np
 from ..batch import build_batch_provisional
 from ..batch_ops import doc_lengths, normalise_rows
 from ..summary import Summary
+from ..updates import classifier_decay
 from ..supervised.classifier import is_missing
 from ..supervised.head_io import fork_head
 from .ledger import OffsetLedger
@@ -513,7 +514,8 @@ class Replica:
         feats = doc_topic
         if rec.sup_ptr.size > 1:
             feats = _dense_rows(rec.sup_ptr, rec.sup_topics, rec.sup_values, self.model.n_topics)
-        head.update(normalise_rows(feats), rec.targets, batch_key=batch_key, decay=self.model.classifier_decay())
+        decay = classifier_decay(self.model.updater, self.model.state.n_updates, self.model.options.supervision.decay)
+        head.update(normalise_rows(feats), rec.targets, batch_key=batch_key, decay=decay)
 
     def _summary(self, rec: UpdateRecord) -> Summary:
         """The record's summary over this model's word ids (new words join the vocabulary in row

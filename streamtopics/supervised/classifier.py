@@ -635,12 +635,10 @@ class SupervisedHead:
 
     def begin_batch(self, batch_key=None, decay: float | None = None) -> None:
         """Start a batch: subtract the memoized contribution of ``batch_key``, apply the decay
-        (``decay``: this batch's, instead of the head's own ``self.decay``)."""
+        (``decay`` in [0, 1]: this batch's, instead of the head's own ``self.decay``)."""
         self._check_key(batch_key)
         self.memo.forget(batch_key, self.A, self.r)
         decay = self.decay if decay is None else float(decay)
-        if not 0.0 < decay <= 1.0:
-            raise ValueError(f"decay must be in (0, 1] (got {decay})")
         if decay < 1.0:
             self.A *= decay
             self.r *= decay
@@ -669,8 +667,8 @@ class SupervisedHead:
 
     # ------------------------------------------------------------------ one call per batch
     def update(self, zbar, targets, batch_key=None, n_sweeps: int | None = None, decay: float | None = None) -> dict:
-        """Learn from one batch of (zbar, targets): augmentation + coordinate Gibbs sweeps.
-        ``decay`` (None: ``self.decay``) is the weight the statistics carried so far keep.
+        """Learn from one batch of (zbar, targets): augmentation + coordinate Gibbs sweeps; the
+        statistics carried so far keep ``decay`` (None: ``self.decay``).
 
         Equivalent to begin_batch -> n_sweeps x (sample_augmentation, sample_eta) ->
         end_batch(rho and kappa averaged over the retained sweeps), in one numba call.
