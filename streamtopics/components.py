@@ -13,7 +13,8 @@ def build_engine(opt: LSparse | AliasMH, runner, seed_source):
     if isinstance(opt, AliasMH):
         return AliasEngine(burn_in=int(opt.burn_in), sample_sweeps=int(opt.sample_sweeps), mh_steps=int(opt.mh_steps),
                            proposal=opt.proposal, table_draws=None if opt.table_draws is None else int(opt.table_draws),
-                           alpha_proposal=opt.alpha_proposal, tries=opt.tries, seed_source=seed_source)
+                           alpha_proposal=opt.alpha_proposal, tries=opt.tries, kernel=opt.kernel,
+                           seed_source=seed_source)
     return LSparseEngine(sparsity=int(opt.sparsity), max_iter=int(opt.max_iter), tol=float(opt.tol),
                          active_eps=float(opt.active_eps), restart_trials=int(opt.restart_trials) if opt.restarts else 0,
                          restart_iters=int(opt.restart_iters), runner=runner())

@@ -295,6 +295,7 @@ class ModelConfig:
     tries: int = opt(0, "Alias engine: candidates per word MH step (multiple-try); 0 = 2 from 256 topics on, else 1.",
                      ge=0, le=64)
     doc_tries: int = opt(0, "Alias engine: candidates per doc MH step (multiple-try); 0 = 1.", ge=0, le=64)
+    kernel: str = opt(_library_default("kernel", "auto"), "Alias engine: kernel of batch fits without labels; auto = dense exact Gibbs up to 768 topics, alias-MH above.", choices=("auto", "dense", "mh"))
 
 
 @dataclass(frozen=True)

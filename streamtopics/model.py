@@ -47,7 +47,7 @@ _PARAMS = ("n_topics", "engine", "sparsity", "update", "alpha", "beta", "seed", 
            "rho_min", "corpus_size", "memo_window", "max_iter", "tol", "active_eps", "restarts",
            "restart_trials", "restart_iters", "vocab_cap", "vocab_policy", "vocab_decay", "min_word_len",
            "max_word_len", "stopwords", "init", "init_smoothing", "burn_in", "sample_sweeps", "mh_steps",
-           "proposal", "table_draws", "alpha_proposal", "tries", "supervision", "sup_c", "sup_ell",
+           "proposal", "table_draws", "alpha_proposal", "tries", "kernel", "supervision", "sup_c", "sup_ell",
            "sup_epsilon", "sup_prior_var", "sup_decay", "sup_sweeps", "sup_burn_in", "sup_pg_method", "sup_max_labels",
            "sup_features", "sup_local", "segmentation", "threads")
 

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .engines.alias import ALPHA_PROPOSALS, PROPOSALS, AliasEngine, check_tries
+from .engines.alias import ALPHA_PROPOSALS, KERNELS, PROPOSALS, AliasEngine, check_tries
 from .engines.lsparse import LSparseEngine
 from .supervised.classifier import PG_CHOICES
 from .text import SEGMENTATIONS
@@ -152,7 +152,8 @@ class AliasMH(_Option):
     ``proposal`` "cycle" or "mixture" of the word and doc proposals, ``table_draws`` samples per
     alias table before a rebuild (None: max(K, 256)), ``alpha_proposal`` "word" or "uniform",
     ``tries`` candidates per MH step: an int for both kinds or a (word, doc) pair; None: (2, 1)
-    for K >= 256, else (1, 1)."""
+    for K >= 256, else (1, 1); ``kernel`` of batch fits without labels: "auto" (dense exact Gibbs
+    at K <= 768, alias-MH above: engines.alias_dense), "dense" or "mh"."""
 
     # the engine's own defaults: one home for each value
     burn_in: int = AliasEngine.burn_in
@@ -162,6 +163,7 @@ class AliasMH(_Option):
     table_draws: int | None = AliasEngine.table_draws
     alpha_proposal: str = AliasEngine.alpha_proposal
     tries: int | tuple | None = AliasEngine.tries
+    kernel: str = AliasEngine.kernel
 
     kind: ClassVar[str] = "alias"
 
@@ -172,6 +174,7 @@ class AliasMH(_Option):
         "proposal": _one_of(PROPOSALS),
         "table_draws": _opt_int_ge(1),
         "alpha_proposal": _one_of(ALPHA_PROPOSALS),
+        "kernel": _one_of(KERNELS),
     }
 
     def normalise(self) -> None:
@@ -378,7 +381,7 @@ FLAT: dict[str, tuple[str, str]] = {
     "burn_in": ("engine", "burn_in"), "sample_sweeps": ("engine", "sample_sweeps"),
     "mh_steps": ("engine", "mh_steps"), "proposal": ("engine", "proposal"),
     "table_draws": ("engine", "table_draws"), "alpha_proposal": ("engine", "alpha_proposal"),
-    "tries": ("engine", "tries"),
+    "tries": ("engine", "tries"), "kernel": ("engine", "kernel"),
     "delay": ("update", "delay"), "forgetting_rate": ("update", "forgetting_rate"), "rho_min": ("update", "rho_min"),
     "corpus_size": ("update", "corpus_size"), "memo_window": ("update", "memo_window"),
     "vocab_cap": ("vocabulary", "cap"), "vocab_policy": ("vocabulary", "policy"),

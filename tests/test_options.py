@@ -108,7 +108,7 @@ def test_get_params_rebuilds_the_model_and_snapshots_list_the_options(tmp_path):
     header, _ = m.snapshot_parts()
     assert header["options"]["engine"] == {"kind": "alias", "burn_in": 2, "sample_sweeps": 4, "mh_steps": 2,
                                            "proposal": "cycle", "table_draws": None, "alpha_proposal": "word",
-                                           "tries": [2, 1]}
+                                           "tries": [2, 1], "kernel": "auto"}
     assert header["options"]["supervision"]["pg_method"] == "gamma_sum"
 
 
@@ -182,3 +182,16 @@ def test_process_returns_a_typed_batch_result():
     p = TopicModel(4)
     plain = p.process(p.prepare(p.tokenize(docs[:5])), learn=True)
     assert plain.scores is None and plain.predicted is None and plain.label_names == []
+
+
+def test_alias_kernel_is_an_option_keyword_and_a_config_field():
+    """AliasMH.kernel reaches the engine from the keyword and from [model.engine]; it is checked,
+    and it belongs to the alias engine only."""
+    m = TopicModel(n_topics=6, engine="alias", kernel="mh")
+    assert m.local_step.kernel == "mh" and m.get_params()["kernel"] == "mh"
+    with pytest.raises(ValueError, match="kernel"):
+        TopicModel(n_topics=6, engine="alias", kernel="fast")
+    cfg = Config.from_dict({"model": {"n_topics": 10, "engine": {"kind": "alias", "kernel": "dense"}}})
+    assert model_from_config(cfg.model).local_step.kernel == "dense"
+    with pytest.raises(Exception, match="kernel"):
+        Config.from_dict({"model": {"n_topics": 10, "engine": {"kind": "lsparse", "kernel": "dense"}}})
