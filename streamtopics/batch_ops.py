@@ -35,12 +35,13 @@ def chunks(n_docs: int):
         yield lo, min(lo + TRANSFORM_CHUNK, n_docs)
 
 
-def tokenize_docs(tokenizer, docs) -> list[list[str]]:
-    """Raw strings go through ``tokenizer``; token lists are taken as given (checked to hold str)."""
+def tokenize_docs(tokenizer, docs, start: int = 0) -> list[list[str]]:
+    """Raw strings go through ``tokenizer``; token lists are taken as given (checked to hold str).
+    Errors name a document by its index plus ``start`` (its place in a larger call)."""
     if isinstance(docs, (str, bytes)):
         raise TypeError("docs must be a sequence of documents (a list of str or of token lists), not one str")
     out = []
-    for i, d in enumerate(docs):
+    for i, d in enumerate(docs, start):
         if isinstance(d, str):
             out.append(tokenizer(d))
         elif isinstance(d, (list, tuple)):
@@ -60,6 +61,9 @@ def infer_in_chunks(tokenize, prepare, infer, docs, n_topics: int, overlap: bool
     if isinstance(docs, (str, bytes)):
         tokenize(docs)  # raises the one-str TypeError
     docs = docs if isinstance(docs, (list, tuple)) else list(docs)
-    parts = overlapped(chunks(len(docs)), lambda span: prepare(tokenize(docs[span[0]:span[1]])), infer, overlap)
+    def prep(span):
+        return prepare(tokenize(docs[span[0]:span[1]], span[0]))
+
+    parts = overlapped(chunks(len(docs)), prep, infer, overlap)
     return np.concatenate(parts) if parts else np.empty((0, n_topics))
 

@@ -162,9 +162,9 @@ class TopicModel:
             self.local_step.runner = ThreadRunner(threads)
 
     # -- documents --------------------------------------------------------------------
-    def tokenize(self, docs: Sequence) -> list[list[str]]:
-        """Raw strings go through the tokenizer; token lists are taken as given."""
-        return tokenize_docs(self.tokenizer, docs)
+    def tokenize(self, docs: Sequence, start: int = 0) -> list[list[str]]:
+        """Raw strings go through the tokenizer, token lists are taken as given; errors count from ``start``."""
+        return tokenize_docs(self.tokenizer, docs, start)
 
     def prepare(self, tokens: list[list[str]], grow: bool = True) -> Batch:
         """Token lists -> CSR batch; with ``grow`` new words join the vocabulary at the prior."""

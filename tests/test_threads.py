@@ -47,8 +47,8 @@ def test_transform_pipeline_same_result_for_any_thread_count(monkeypatch):
     two = m.transform(held)
     assert np.array_equal(one, two) and one.shape == (200, 12)
     assert m.transform([]).shape == (0, 12)
-    with pytest.raises(TypeError):
-        m.transform(held[:40] + [3])  # a bad document in a later chunk still raises
+    with pytest.raises(TypeError, match="document 40:"):
+        m.transform(held[:40] + [3])  # a bad document in a later chunk raises, named by its index
 
 
 def test_memoized_and_dense_identical_across_threads():
