@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from .batch import Batch
-from .batch_ops import chunks, doc_lengths, normalise_rows, slice_batch
+from .batch_ops import doc_lengths, normalise_rows
 from .supervised.classifier import is_missing
 from .updates import MemoizedUpdate
 
@@ -129,10 +129,7 @@ def fit_sweeps(model, docs, labels, n_sweeps: int, tol: float = FIT_TOL):
         head.calibrate(doc_lengths(batch), head.encode_targets(labels, grow=True))
         head.eta[:] = chain.eta
         head.n_calls = chain.n_calls
-        zbar = np.empty((batch.n_docs, model.n_topics))
-        for lo, hi in chunks(batch.n_docs):
-            zbar[lo:hi] = normalise_rows(
-                model.local_step.infer(model.state, slice_batch(batch, lo, hi), summarize=False).doc_topic)
+        zbar = model.infer_counts(batch, normalise_rows)
         head.update(zbar, labels, n_sweeps=int(sup.sweeps))  # warm start: the head's own sweeps per call (§5.4)
         model.head = head
         stats["refit_seconds"] = time.perf_counter() - t1
@@ -145,9 +142,7 @@ def fit_laps(model, docs, labels, max_laps: int, tol: float, batch_size: int):
     """``fit`` of the variational engine: laps of ``process`` over fixed minibatches (see ``fit``)."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1 (got {batch_size!r})")
-    if not (isinstance(tol, (int, float, np.integer, np.floating)) and tol >= 0):
-        raise ValueError(f"tol must be a number >= 0 (got {tol!r})")
-    model.reset()
+    model.reset()  # tol was checked by fit
     tokens = model.tokenize(docs)
     memoized = isinstance(model.updater, MemoizedUpdate)
     keep_batches = model.options.vocabulary.cap is None

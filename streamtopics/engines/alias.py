@@ -67,6 +67,22 @@ class _Progress(SweepHook):
             self.callback(done, arr)
 
 
+def _mh_batch(tok_w, tok_ptr, U: int, K: int, alpha: float, beta: float, n_vocab: int, mh_steps: int, proposal: str,
+              table_draws, alpha_proposal: str, m: tuple[int, int], term: Callable | None = None):
+    """The MH kernel's batch-mode arrays (rows sized by word frequency; g = beta, G_k = V beta) and
+    the ``call`` ``run_chain`` drives; ``term()`` gives each call's supervised term (None: LDA)."""
+    arr = SamplerArrays(U, tok_w.shape[0], K, table_draws, freq=np.bincount(tok_w, minlength=U))
+    Gk = np.full(K, n_vocab * beta)
+    G = np.zeros((1, 1))
+
+    def call(seed_, n, init, record_from, z_rec, doc_acc):
+        return arr.run(seed_, tok_w, tok_ptr, Gk, G, False, beta, alpha, n, mh_steps, proposal == "mixture", init,
+                       record_from, z_rec, doc_acc, word_prior=alpha_proposal == "word", tries=m,
+                       sup=None if term is None else term())
+
+    return arr, Gk, call
+
+
 def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta: float, n_vocab: int,
                       n_sweeps: int, seed: int, mh_steps: int = 2, proposal: str = "cycle",
                       table_draws: int | None = None, callback: Callable | None = None,
@@ -104,21 +120,14 @@ def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta:
         raise TypeError(f"{sorted(sup_kw)} apply to supervised runs only (head and targets)")
     K = int(n_topics)
     n_sweeps = int(n_sweeps)
-    m = resolve_tries(tries, K)
+    step = callback_every if callback and callback_every > 0 else n_sweeps
     if chosen == "dense":
-        step = callback_every if callback and callback_every > 0 else n_sweeps
         return run_dense_sampler(tok_w, tok_ptr, U, K, alpha, beta, n_vocab, n_sweeps, seed, table_draws,
                                  chunk=step, hook=_Progress(callback))
-    arr = SamplerArrays(U, tok_w.shape[0], K, table_draws, freq=np.bincount(tok_w, minlength=U))
-    Gk = np.full(K, n_vocab * beta)
-    G = np.zeros((1, 1))
-
-    def call(seed_, n, init, record_from, z_rec, doc_acc):
-        return arr.run(seed_, tok_w, tok_ptr, Gk, G, False, beta, alpha, n, mh_steps, proposal == "mixture", init,
-                       record_from, z_rec, doc_acc, word_prior=alpha_proposal == "word", tries=m)
-
+    m = resolve_tries(tries, K)
+    arr, _, call = _mh_batch(tok_w, tok_ptr, U, K, alpha, beta, n_vocab, mh_steps, proposal, table_draws,
+                             alpha_proposal, m)
     seeds = np.random.SeedSequence(seed).generate_state(max(n_sweeps, 1) + 1, dtype=np.uint32)
-    step = callback_every if callback and callback_every > 0 else n_sweeps
     total, elapsed = run_chain(arr, call, n_sweeps, seeds, chunk=step, init=INIT_UNIFORM, hook=_Progress(callback))
     return arr, {"kernel": "mh", "mh_acceptance": acceptance(total), "alias_rebuilds": int(total[S_REBUILDS]),
                  "sweeps": int(n_sweeps), "sampling_seconds": elapsed,
@@ -150,17 +159,11 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
     K = int(n_topics)
     n_sweeps = int(n_sweeps)
     m = resolve_tries(tries, K)
-    arr = SamplerArrays(U, tok_w.shape[0], K, table_draws, freq=np.bincount(tok_w, minlength=U))
-    Gk = np.full(K, n_vocab * beta)
-    G = np.zeros((1, 1))
     burn = n_sweeps // 2 if eta_burn_in is None else min(int(eta_burn_in), n_sweeps - 1)
     sv = SupervisedSweeps(head, targets, tok_ptr, K, sample_eta=True, eta_sweeps=eta_sweeps, burn=burn,
                           callback=callback, callback_every=callback_every, window=window)
-
-    def call(seed_, n, init, record_from, z_rec, doc_acc):
-        return arr.run(seed_, tok_w, tok_ptr, Gk, G, False, beta, alpha, n, mh_steps, proposal == "mixture", init,
-                       record_from, z_rec, doc_acc, word_prior=alpha_proposal == "word", tries=m, sup=sv.term())
-
+    arr, Gk, call = _mh_batch(tok_w, tok_ptr, U, K, alpha, beta, n_vocab, mh_steps, proposal, table_draws,
+                              alpha_proposal, m, term=sv.term)
     n_tok = max(tok_w.shape[0], 1)
     total, t_kernel, trace = run_fit_chain(arr, call, sv, n_sweeps, seed,
                                            lambda: count_loglik(arr.counts(), arr.nk, beta, Gk) / n_tok, stop)

@@ -50,7 +50,7 @@ held-out after 200 sweeps, ``alias_core``).
 State: ``DenseArrays`` holds z, n_wk, n_k during a run and converts into the engine's own
 ``alias_core.SamplerArrays`` at the end (``to_sampler_arrays``), so the model's topics,
 snapshots, ``transform`` and later ``partial_fit`` see one form whichever kernel ran.  Which
-kernel runs is decided in ``alias_core.choose_kernel``.
+kernel runs is decided by ``choose_kernel`` below.
 """
 from __future__ import annotations
 
