@@ -255,6 +255,7 @@ class ModelConfig:
     corpus_size: int = opt(_library_default("corpus_size", 0),
                            "Documents D the stochastic update scales a batch to; 0 = derived from the stream: "
                            "max(documents seen, topics x vocabulary / mean document length) (docs/defaults.md).", ge=0)
+    births: bool = opt(_library_default("births"), "Stochastic update: replace a topic that holds less than a newborn would by one seeded from the batch's worst-explained documents (docs/topic-quality.md).")
     memo_window: int = opt(_library_default("memo_window"), "Batches the memoized update remembers (older ones are forgotten); 0 = all.", ge=0)
     vocab_cap: int = opt(_library_default("vocab_cap"), "Largest vocabulary size; 0 = unbounded.", ge=0)
     vocab_decay: float = opt(_library_default("vocab_decay"), "Eviction: the word counts that pick the rarest decay by this factor per batch.", gt=0, le=1)

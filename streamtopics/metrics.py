@@ -23,6 +23,7 @@ streamtopics_local_iterations                  histogram
 streamtopics_restart_acceptance_ratio          gauge
 streamtopics_mh_acceptance_ratio               gauge      proposal (PROPOSALS)
 streamtopics_alias_rebuilds_total              counter
+streamtopics_topic_births_total                counter
 streamtopics_objective_per_token               gauge
 streamtopics_prequential_accuracy              gauge
 streamtopics_prequential_window_documents      gauge
@@ -218,6 +219,9 @@ class Metrics:
                                          ["proposal"], registry=r)
         self.alias_rebuilds = Counter("streamtopics_alias_rebuilds_total",
                                       "Alias tables rebuilt.", registry=r)
+        self.topic_births = Counter("streamtopics_topic_births_total",
+                                    "Dead topics replaced by a newborn seeded from the batch (births.py).",
+                                    registry=r)
 
         # Model quality and size.
         self.objective_per_token = Gauge("streamtopics_objective_per_token",
@@ -476,6 +480,7 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_restart_acceptance_ratio": "gauge",
     "streamtopics_mh_acceptance_ratio": "gauge",
     "streamtopics_alias_rebuilds_total": "counter",
+    "streamtopics_topic_births_total": "counter",
     "streamtopics_objective_per_token": "gauge",
     "streamtopics_prequential_accuracy": "gauge",
     "streamtopics_prequential_window_documents": "gauge",

@@ -23,6 +23,7 @@ import numpy as np
 
 from . import fitting, model_io
 from .batch import Batch, build_batch
+from .births import births_for, reset_topics
 from .batch_ops import chunks, doc_lengths, infer_in_chunks, normalise_rows, slice_batch, tokenize_docs
 from .components import build_engine, build_update
 from .evaluate import heldout_loglik_arrays
@@ -44,7 +45,7 @@ FIT_MAX_LAPS, FIT_TOL, FIT_BATCH_SIZE, FIT_SWEEPS = (fitting.FIT_MAX_LAPS, fitti
                                                      fitting.FIT_SWEEPS)
 # the order of get_params() (and so of snapshot headers)
 _PARAMS = ("n_topics", "engine", "sparsity", "update", "alpha", "beta", "seed", "delay", "forgetting_rate",
-           "rho_min", "corpus_size", "memo_window", "max_iter", "tol", "active_eps", "restarts",
+           "rho_min", "corpus_size", "births", "memo_window", "max_iter", "tol", "active_eps", "restarts",
            "restart_trials", "restart_iters", "vocab_cap", "vocab_policy", "vocab_decay", "min_word_len",
            "max_word_len", "stopwords", "init", "init_smoothing", "burn_in", "sample_sweeps", "mh_steps",
            "proposal", "table_draws", "alpha_proposal", "tries", "kernel", "supervision", "sup_c", "sup_ell",
@@ -217,9 +218,9 @@ class TopicModel:
         info: dict = {}
         if learn and batch.n_docs > 0:
             batch_key = self.memo_key(batch_key)
-            # a sampler's objective is not the variational one the memoized update compares
-            objective = None if self.engine == "alias" else result.objective
-            info = self.learn(result.summary, objective, pre.doc_topic, batch.n_docs, batch.n_tokens, batch_key)
+            summary, reborn = births_for(self, batch, result.summary)  # dead topics reseeded (births.py)
+            objective = None if self.engine == "alias" else result.objective  # a sampler's is not variational
+            info = self.learn(summary, objective, pre.doc_topic, batch.n_docs, batch.n_tokens, batch_key, reborn)
         t2 = time.perf_counter()
         sup_counts = None
         if sup_step:
@@ -272,12 +273,12 @@ class TopicModel:
         return result, pre, scores, predicted
 
     def learn(self, summary: Summary, objective: float | None, doc_topic: np.ndarray, n_docs: int, n_tokens: int,
-              batch_key=None) -> dict:
-        """Global update from a local step's ``summary`` and label-free ``doc_topic`` counts: topics,
-        alpha="auto", counters, trends (``process``; a replica applying the update log)."""
-        info = self._apply(summary, objective, batch_key)
-        if self.alpha == "auto":
-            # alpha's Newton steps follow the stochastic schedule (the defaults' under a memoized update)
+              batch_key=None, reborn=()) -> dict:
+        """Global update from a local step's ``summary`` and label-free ``doc_topic`` counts (``process``; a
+        replica applying the update log). ``reborn``: topics reset first, their newborns in ``summary`` (births.py)."""
+        reset_topics(self.state, reborn)
+        info = self._apply(summary, objective, batch_key) | ({"births": list(reborn)} if len(reborn) else {})
+        if self.alpha == "auto":  # Newton steps on the stochastic schedule (the defaults' under a memoized update)
             u = self.options.update if isinstance(self.options.update, Stochastic) else Stochastic()
             rho = max(u.rho_min, (u.delay + self.state.n_updates + 1) ** -u.forgetting_rate)
             self.state.alpha = alpha_step(self.state.alpha, doc_topic, rho)

@@ -205,12 +205,14 @@ def _corpus_size_ok(v) -> bool:
 @dataclass(frozen=True)
 class Stochastic(_Option):
     """Stochastic (SVI) update: step rho_t = max(rho_min, (delay + t)^-forgetting_rate), a batch
-    scaled to ``corpus_size`` documents (None: the rule of ``updates``; "seen": documents so far)."""
+    scaled to ``corpus_size`` documents (None: the rule of ``updates``; "seen": documents so far);
+    ``births``: dead topics are reseeded from the batch (``births``; L-sparse engine)."""
 
     delay: float = 10.0
     forgetting_rate: float = 0.7
     rho_min: float = 0.0
     corpus_size: int | str | None = None
+    births: bool = True
 
     kind: ClassVar[str] = "stochastic"
 
@@ -219,6 +221,7 @@ class Stochastic(_Option):
         "forgetting_rate": (lambda v: 0.5 < v <= 1.0, "must be in (0.5, 1]"),
         "rho_min": (lambda v: 0.0 <= v < 1.0, "must be in [0, 1)"),
         "corpus_size": (_corpus_size_ok, "must be None, 'seen' or a number of documents >= 1"),
+        "births": (lambda v: isinstance(v, bool), "must be true or false"),
     }
 
 
@@ -383,7 +386,7 @@ FLAT: dict[str, tuple[str, str]] = {
     "table_draws": ("engine", "table_draws"), "alpha_proposal": ("engine", "alpha_proposal"),
     "tries": ("engine", "tries"), "kernel": ("engine", "kernel"),
     "delay": ("update", "delay"), "forgetting_rate": ("update", "forgetting_rate"), "rho_min": ("update", "rho_min"),
-    "corpus_size": ("update", "corpus_size"), "memo_window": ("update", "memo_window"),
+    "corpus_size": ("update", "corpus_size"), "births": ("update", "births"), "memo_window": ("update", "memo_window"),
     "vocab_cap": ("vocabulary", "cap"), "vocab_policy": ("vocabulary", "policy"),
     "vocab_decay": ("vocabulary", "decay"),
     "min_word_len": ("text", "min_word_len"), "max_word_len": ("text", "max_word_len"),

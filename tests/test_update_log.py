@@ -46,7 +46,7 @@ class _Telemetry:
     def __init__(self) -> None:
         self.applied = 0
 
-    def on_update_applied(self, seconds: float, applied: bool) -> None:
+    def on_update_applied(self, seconds: float, applied: bool, births: int = 0) -> None:
         self.applied += 1
 
     def on_update_lag(self, n: int) -> None:

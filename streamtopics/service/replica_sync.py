@@ -174,7 +174,7 @@ class ReplicaSync:
         self.open_parts.pop(item.record.rid, None)
         t0 = time.perf_counter()
         applied = self.replica.apply(item.record, item.offset)
-        self.telemetry.on_update_applied(time.perf_counter() - t0, applied)
+        self.telemetry.on_update_applied(time.perf_counter() - t0, applied, len(item.record.reborn) if applied else 0)
         return 1
 
     def _note_part(self, rid: str, offset: int) -> None:

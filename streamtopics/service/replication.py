@@ -41,6 +41,7 @@ import numpy as np
 
 from ..batch import build_batch_provisional
 from ..batch_ops import doc_lengths, normalise_rows
+from ..births import births_for
 from ..summary import Summary
 from ..updates import classifier_decay
 from ..supervised.classifier import is_missing
@@ -115,6 +116,7 @@ class UpdateRecord:
     rid: str = field(default_factory=lambda: uuid.uuid4().hex)
     writer: str = ""                      # the replica incarnation that computed it (logs; own claims)
     claim: int = -1                       # update offset of the claim it was computed under (-1: none)
+    reborn: list = field(default_factory=list)  # topics reset before the update (births.py; travels with part 0)
 
     @property
     def n_rows(self) -> int:
@@ -122,7 +124,8 @@ class UpdateRecord:
 
     def doc_fields(self) -> dict:
         """The per-document part (it travels whole, with the first part of a split record)."""
-        return {name: getattr(self, name) for name in _DOC_ARRAYS} | {"tokens": self.tokens, "targets": self.targets}
+        return {name: getattr(self, name) for name in _DOC_ARRAYS} | {"tokens": self.tokens, "targets": self.targets,
+                                                                      "reborn": self.reborn}
 
 
 class Computed(NamedTuple):
@@ -192,7 +195,7 @@ def _to_map(rec: UpdateRecord, part: int, parts: int) -> dict:
          "source": [src.topic, src.partition, src.first, src.next, src.epoch],
          "n_docs": rec.n_docs, "n_tokens": rec.n_tokens, "objective": rec.objective,
          "entropy": rec.entropy, "alloc": rec.alloc, "new_words": rec.new_words, "tokens": rec.tokens,
-         "targets": rec.targets}
+         "targets": rec.targets, "reborn": rec.reborn}
     for name in _ARRAYS:
         m[name] = _pack_array(name, getattr(rec, name))
     return m
@@ -237,7 +240,7 @@ def decode(raw: bytes) -> tuple[UpdateRecord, int, int]:
             kind=str(m["kind"]), n_docs=int(m["n_docs"]), n_tokens=int(m["n_tokens"]), objective=m["objective"],
             entropy=float(m["entropy"]), alloc=float(m["alloc"]), new_words=list(m["new_words"]),
             tokens=m["tokens"], targets=m.get("targets"), rid=str(m["rid"]), writer=str(m.get("writer") or ""),
-            claim=int(m.get("claim", -1)),
+            claim=int(m.get("claim", -1)), reborn=[int(k) for k in m.get("reborn") or ()],
             **{name: _unpack_array(name, m[name]) for name in _ARRAYS if name in m})
         return rec, int(m["part"]), int(m["parts"])
     except (KeyError, TypeError, ValueError, msgpack.exceptions.ExtraData) as exc:
@@ -365,7 +368,8 @@ class Replica:
                 local, pre, scores, predicted = model.local_steps(batch, targets, learn=True, head=head)
             out = Computed(model.theta(pre.doc_topic, model.state.alpha), scores, predicted,
                            label_names if scores is not None else [])
-            sm = local.summary
+            # births are decided here and travel in the record (every replica resets the same topics)
+            sm, reborn = births_for(model, batch, local.summary, np.random.default_rng([int(model.seed), self.offset]))
             known = np.where(sm.word_ids < n_known, sm.word_ids, -1).astype(np.int64)
             new_words = [provisional[i - n_known] for i in sm.word_ids[known < 0]]
             totals = np.bincount(batch.local, weights=batch.counts, minlength=batch.uniq.size)
@@ -379,7 +383,7 @@ class Replica:
                            known=known, new_words=new_words, indptr=sm.indptr.astype(np.int64),
                            topics=sm.topics.astype(np.int32), values=sm.values.astype(np.float64),
                            totals=totals.astype(np.float64), doc_ptr=ptr, doc_topics=cols, doc_values=vals,
-                           writer=self.writer, claim=self.claims.get(source.key, -1))
+                           writer=self.writer, claim=self.claims.get(source.key, -1), reborn=reborn)
         if targets is not None:
             rec.targets, rec.doc_len = targets, doc_lengths(batch).astype(np.float64)
             if model.options.supervision.features == "supervised" and local is not pre:
@@ -463,7 +467,7 @@ class Replica:
             model.process(model.prepare(rec.tokens, grow=True), learn=True, batch_key=batch_key, labels=rec.targets)
             return
         doc_topic = _dense_rows(rec.doc_ptr, rec.doc_topics, rec.doc_values, model.n_topics)
-        model.learn(self._summary(rec), rec.objective, doc_topic, rec.n_docs, rec.n_tokens, batch_key)
+        model.learn(self._summary(rec), rec.objective, doc_topic, rec.n_docs, rec.n_tokens, batch_key, rec.reborn)
         if rec.targets is not None and model.head is not None:
             self._learn_head(rec, doc_topic, batch_key)
 

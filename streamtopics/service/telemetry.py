@@ -156,6 +156,8 @@ class Telemetry:
                 m.set_mh_acceptance(proposal, ratio)
         if st.get("alias_rebuilds"):
             m.alias_rebuilds.inc(st["alias_rebuilds"])
+        if st.get("births"):
+            m.topic_births.inc(len(st["births"]))
 
     def on_predictions(self, predicted: list, truths: list, docs_seen: int) -> None:
         """Predictions made before learning vs the labels that came with the documents."""
@@ -232,8 +234,10 @@ class Telemetry:
 
     # -- replication -------------------------------------------------------------------
 
-    def on_update_applied(self, seconds: float, applied: bool) -> None:
+    def on_update_applied(self, seconds: float, applied: bool, births: int = 0) -> None:
         self.metrics.updates_applied.labels(result="applied" if applied else "skipped").inc()
+        if births:  # topics the applied record reset for newborns (births.py)
+            self.metrics.topic_births.inc(births)
         self.metrics.update_apply_duration.observe(seconds)
 
     def on_update_unlearned(self, n: int) -> None:

@@ -1,0 +1,110 @@
+"""Topic births (streamtopics/births.py): a dead topic is replaced by one seeded from the batch."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamtopics import TopicModel
+from streamtopics.births import data_mass, propose_births, reset_topics, with_seeds
+from streamtopics.service.replication import Assembler, Source, UpdateRecord, decode, encode
+
+THEMES, WORDS = 10, 30
+
+
+def _docs(rng, themes, n, length=50):
+    """Documents of one theme each; themes have disjoint vocabularies (Zipfian within)."""
+    out = []
+    for _ in range(n):
+        t = int(rng.choice(list(themes)))
+        out.append([f"t{t}w{x}" for x in rng.zipf(1.5, size=length) % WORDS])
+    return out
+
+
+def _recovered(m) -> int:
+    """Themes some topic puts more than 90 % of its mass on."""
+    tw, idx = m.topic_word(), {w: i for i, w in enumerate(m.vocabulary)}
+    got = 0
+    for t in range(THEMES):
+        cols = [idx[w] for w in (f"t{t}w{x}" for x in range(WORDS)) if w in idx]
+        got += int((tw[:, cols].sum(axis=1) > 0.9).any())
+    return got
+
+
+def _late_themes(seed: int, births: bool) -> TopicModel:
+    """The first 3 batches hold themes 0-4 only (k-means++ seeds the topics from them), the
+    next 20 all ten: without births, the topics seeded twice on an early theme stay there."""
+    rng = np.random.default_rng(seed)
+    docs = _docs(rng, range(5), 3 * 64) + _docs(rng, range(THEMES), 20 * 64)
+    m = TopicModel(n_topics=THEMES, seed=seed, births=births)
+    for lo in range(0, len(docs), 64):
+        m.partial_fit(docs[lo:lo + 64])
+    return m
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_births_give_themes_that_arrive_late_their_own_topics(seed):
+    without, with_births = _late_themes(seed, False), _late_themes(seed, True)
+    assert _recovered(without) <= 6
+    assert _recovered(with_births) >= 9
+    assert with_births.last_stats is not None
+
+
+def test_a_topic_that_wins_nothing_is_reborn_from_one_theme_of_the_batch():
+    rng = np.random.default_rng(3)
+    m = TopicModel(n_topics=6, seed=0, births=False)
+    for _ in range(4):
+        m.partial_fit(_docs(rng, range(6), 64))
+    gone = int(m.top_words(2, 1)[0][1])  # topic 2's theme
+    reset_topics(m.state, [2])  # topic 2 holds nothing now, and its theme is absent from the batch
+    assert data_mass(m.state)[2] == pytest.approx(0.0, abs=1e-9)
+    batch = m.prepare(_docs(rng, [t for t in range(6) if t != gone], 64), grow=True)
+    res = m.local_steps(batch)[0]
+    births = propose_births(m.state, m.updater, batch, res.summary, np.random.default_rng(0))
+    assert births and births[0][0] == 2
+    k, rows, seed = births[0]
+    assert seed.sum() > 0 and np.all(seed > 0)
+    # the seed is one theme's documents: its words share one theme prefix
+    words = {m.vocabulary[int(batch.uniq[r])].split("w")[0] for r in rows}
+    assert len(words) == 1
+    merged = with_seeds(res.summary, births, m.n_topics)
+    assert merged.topic_totals[2] == pytest.approx(res.summary.topic_totals[2] + seed.sum())
+    assert merged.values.sum() == pytest.approx(res.summary.values.sum() + seed.sum())
+    m.learn(merged, res.objective, res.doc_topic, batch.n_docs, batch.n_tokens, reborn=[2])
+    top = m.top_words(2, 5)
+    assert {w.split("w")[0] for w in top} == words
+
+
+def test_no_births_without_a_dead_topic_or_outside_the_stochastic_lsparse_update():
+    rng = np.random.default_rng(4)
+    docs = _docs(rng, range(3), 256)
+    for kw in ({"update": "memoized"}, {"engine": "alias"}, {"births": False}):
+        m = TopicModel(n_topics=12, seed=0, **kw)
+        for lo in range(0, 256, 64):
+            m.partial_fit(docs[lo:lo + 64])
+            assert "births" not in m.last_stats, kw
+    m = TopicModel(n_topics=3, seed=0)  # three themes, three topics, none dead
+    for lo in range(0, 256, 64):
+        m.partial_fit(docs[lo:lo + 64])
+        assert "births" not in m.last_stats
+
+
+def test_reset_topics_checks_the_topic_ids():
+    m = TopicModel(n_topics=4, seed=0).partial_fit(_docs(np.random.default_rng(0), range(4), 32))
+    with pytest.raises(ValueError, match="outside"):
+        reset_topics(m.state, [4])
+    with pytest.raises(ValueError, match="births"):
+        TopicModel(n_topics=4, births="yes")
+
+
+def test_the_reborn_topics_travel_with_a_split_update_record():
+    rng = np.random.default_rng(0)
+    n = 400
+    rec = UpdateRecord(source=Source("docs", 0, 0, 10), base=3, n_docs=10, n_tokens=100,
+                       known=np.arange(n), indptr=np.arange(n + 1) * 3, topics=rng.integers(0, 8, 3 * n).astype(np.int32),
+                       values=rng.random(3 * n), totals=rng.random(n), reborn=[5, 1])
+    parts = encode(rec, max_bytes=4_000)
+    assert len(parts) > 1
+    asm, whole = Assembler(), None
+    for raw in parts:
+        whole = asm.add(*decode(raw))
+    assert whole.reborn == [5, 1] and np.array_equal(whole.topics, rec.topics)
