@@ -47,11 +47,22 @@ MAX_BIRTHS = 2
 
 
 @njit(cache=True, nogil=True)
-def _doc_topic_cosine(doc_ptr, local, counts, P):
-    """max_k cos(x_d, P[:, k]) per document; x_d the document's counts over the batch's words
-    (``local`` indexes P's rows), P's columns of unit norm."""
+def _doc_topic_cosine(doc_ptr, local, counts, uniq, mu, scale, beta):
+    """max_k cos(x_d, lambda_k) per document, both restricted to the batch's words ``uniq``
+    (x_d: the document's counts, ``local`` indexing ``uniq``; lambda_vk = beta + scale mu_vk)."""
     D = doc_ptr.shape[0] - 1
-    K = P.shape[1]
+    U = uniq.shape[0]
+    K = mu.shape[1]
+    lam = np.empty((U, K))
+    inv = np.zeros(K)
+    for u in range(U):
+        row = mu[uniq[u]]
+        for k in range(K):
+            x = beta + scale * row[k]
+            lam[u, k] = x
+            inv[k] += x * x
+    for k in range(K):
+        inv[k] = 1.0 / np.sqrt(inv[k]) if inv[k] > 0.0 else 0.0
     out = np.zeros(D)
     acc = np.zeros(K)
     for d in range(D):
@@ -60,11 +71,14 @@ def _doc_topic_cosine(doc_ptr, local, counts, P):
         for p in range(doc_ptr[d], doc_ptr[d + 1]):
             c = counts[p]
             norm += c * c
-            row = local[p]
+            u = local[p]
             for k in range(K):
-                acc[k] += c * P[row, k]
+                acc[k] += c * lam[u, k]
         if norm > 0.0:
-            out[d] = acc.max() / np.sqrt(norm)
+            best = 0.0
+            for k in range(K):
+                best = max(best, acc[k] * inv[k])
+            out[d] = best / np.sqrt(norm)
     return out
 
 
@@ -104,13 +118,14 @@ def propose_births(state, updater, batch, summary: Summary, rng: np.random.Gener
     rho = updater.rho(state.n_updates + 1)
     per_token = rho * updater.effective_corpus_size(state, summary, rho) / summary.n_docs
     after = (1.0 - rho) * data_mass(state) + per_token * summary.topic_totals
-    lam = state.beta + state.scale * state.mu[batch.uniq]
-    lam /= np.maximum(np.sqrt((lam * lam).sum(axis=0)), 1e-300)
-    counts = batch.counts.astype(np.float64)
-    local = batch.local.astype(np.int64)
-    dist = np.maximum(1.0 - _doc_topic_cosine(batch.doc_ptr, local, counts, lam), 0.0)
     lengths = batch.doc_lengths()
     n_near = max(1, int(round(B / K)))
+    if after.min() >= per_token * float(np.sort(lengths)[-n_near:].sum()):
+        return []  # no seed could outweigh the smallest topic (the common case once rho_t is small)
+    counts = batch.counts.astype(np.float64)
+    local = batch.local.astype(np.int64)
+    cos = _doc_topic_cosine(batch.doc_ptr, local, counts, batch.uniq, state.mu, state.scale, state.beta)
+    dist = np.maximum(1.0 - cos, 0.0)
     order = np.argsort(after, kind="stable")
     out = []
     for k in order[:max_births]:
