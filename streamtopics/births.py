@@ -192,5 +192,7 @@ def births_for(model, batch, summary: Summary | None, rng: np.random.Generator |
     opt = model.options.update
     if summary is None or model.engine != "lsparse" or getattr(opt, "births", False) is not True:
         return summary, []
+    if not np.array_equal(summary.word_ids, batch.uniq):  # seeds index the batch's words as the summary's rows
+        return summary, []
     births = propose_births(model.state, model.updater, batch, summary, model.rng if rng is None else rng)
     return with_seeds(summary, births, model.n_topics), [k for k, _, _ in births]
