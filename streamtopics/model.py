@@ -218,7 +218,7 @@ class TopicModel:
         info: dict = {}
         if learn and batch.n_docs > 0:
             batch_key = self.memo_key(batch_key)
-            summary, reborn = births_for(self, batch, result.summary)  # dead topics reseeded (births.py)
+            summary, reborn = births_for(self, batch, result.summary, head_key)  # dead topics reseeded (births.py)
             objective = None if self.engine == "alias" else result.objective  # a sampler's is not variational
             info = self.learn(summary, objective, pre.doc_topic, batch.n_docs, batch.n_tokens, batch_key, reborn)
         t2 = time.perf_counter()

@@ -108,3 +108,20 @@ def test_the_reborn_topics_travel_with_a_split_update_record():
     for raw in parts:
         whole = asm.add(*decode(raw))
     assert whole.reborn == [5, 1] and np.array_equal(whole.topics, rec.topics)
+
+
+def test_no_births_on_a_batch_the_classifier_keeps_a_record_of():
+    """fit()'s later laps revisit batches; the classifier's records of the other batches refer
+    to the topics as they are, so a revisit reseeds nothing (births in the first lap only)."""
+    from streamtopics.births import births_for
+
+    rng = np.random.default_rng(5)
+    docs = _docs(rng, range(4), 256)
+    labels = [d[0].split("w")[0] for d in docs]
+    m = TopicModel(n_topics=8, supervision="logistic", seed=0).fit(docs, labels=labels, n_iter=2)
+    assert 0 in m.head.memo
+    reset_topics(m.state, [3])  # a topic that holds nothing, the smallest after any update
+    batch = m.prepare(docs[:64], grow=True)
+    summary = m.local_steps(batch)[0].summary
+    assert births_for(m, batch, summary, head_key=0)[1] == []
+    assert births_for(m, batch, summary)[1][0] == 3

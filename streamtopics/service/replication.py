@@ -369,7 +369,8 @@ class Replica:
             out = Computed(model.theta(pre.doc_topic, model.state.alpha), scores, predicted,
                            label_names if scores is not None else [])
             # births are decided here and travel in the record (every replica resets the same topics)
-            sm, reborn = births_for(model, batch, local.summary, np.random.default_rng([int(model.seed), self.offset]))
+            rng = np.random.default_rng([int(model.seed), self.offset])
+            sm, reborn = births_for(model, batch, local.summary, rng=rng)
             known = np.where(sm.word_ids < n_known, sm.word_ids, -1).astype(np.int64)
             new_words = [provisional[i - n_known] for i in sm.word_ids[known < 0]]
             totals = np.bincount(batch.local, weights=batch.counts, minlength=batch.uniq.size)
