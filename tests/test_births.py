@@ -110,9 +110,9 @@ def test_the_reborn_topics_travel_with_a_split_update_record():
     assert whole.reborn == [5, 1] and np.array_equal(whole.topics, rec.topics)
 
 
-def test_no_births_on_a_batch_the_classifier_keeps_a_record_of():
-    """fit()'s later laps revisit batches; the classifier's records of the other batches refer
-    to the topics as they are, so a revisit reseeds nothing (births in the first lap only)."""
+def test_no_births_in_the_laps_of_a_supervised_fit():
+    """fit() with labels keeps one classifier record per batch; a reborn topic would change what
+    the other batches' records refer to, so its laps (head_key given) reseed nothing."""
     from streamtopics.births import births_for
 
     rng = np.random.default_rng(5)
