@@ -67,7 +67,7 @@ from numba import njit
 
 from . import head_io
 from . import samplers as _s
-from .coefficients import expected_coefficients
+from .coefficients import carried_coefficients, expected_coefficients
 from .labels import LabelVocabulary
 from .memo import HeadMemo, MemoRecord, csr, fold
 from .scaling import AUTO, AUTO_NAMES, ScaleStats, auto_constants
@@ -654,7 +654,7 @@ class SupervisedHead:
         """
         self._check_key(batch_key)
         Z = self._zbar(zbar)
-        rho, kappa = self._coefs(rho, kappa, Z.shape[0])
+        rho, kappa = carried_coefficients(self.task, *self._coefs(rho, kappa, Z.shape[0]))  # §4, regression
         indptr, indices, data = csr(Z)
         fold(self.A, self.r, indptr, indices, data, rho, kappa, 1.0)
         if batch_key is not None:
