@@ -654,7 +654,7 @@ class SupervisedHead:
         """
         self._check_key(batch_key)
         Z = self._zbar(zbar)
-        rho, kappa = carried_coefficients(self.task, *self._coefs(rho, kappa, Z.shape[0]))  # §4, regression
+        rho, kappa = carried_coefficients(self, Z, *self._coefs(rho, kappa, Z.shape[0]))  # §4, regression
         indptr, indices, data = csr(Z)
         fold(self.A, self.r, indptr, indices, data, rho, kappa, 1.0)
         if batch_key is not None:

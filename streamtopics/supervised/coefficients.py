@@ -1,6 +1,9 @@
 """Mean-field expectations of the augmentation (docs/supervised.md §5): the coefficients the
-variational local step weighs the label term with."""
+variational local step weighs the label term with; and the coefficients a regression batch is
+carried with once it is over (§4)."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -42,30 +45,39 @@ def expected_coefficients(loss: str, c: float, ell: float, eps: float, e_omega, 
     return np.where(mask, rho, 0.0), np.where(mask, kappa, 0.0)
 
 
-def carried_coefficients(task: str | None, rho, kappa) -> tuple[np.ndarray, np.ndarray]:
-    """(rho, kappa) of a batch as the head carries them once the batch is over (``end_batch``).
+def carried_coefficients(head, zbar, rho, kappa) -> tuple[np.ndarray, np.ndarray]:
+    """(rho, kappa) of a batch as ``head`` carries them once the batch is over (``end_batch``).
 
-    Classification: unchanged.  Regression: every labelled document of the batch (rho > 0) gets
-    the batch's mean precision ``rhobar``, and ``kappa_d = rhobar * kappa_d / rho_d`` keeps its
-    pseudo-target ``u_d = kappa_d / rho_d`` (y_d within +-eps).  Why (docs/supervised.md §4,
-    "Regression: what the carried statistics keep"): the eps-insensitive augmentation gives
-    document d the weight rho_d ~ 2c / |y_d - omega_d|, the reweighted-least-squares bound of the
-    absolute loss tight at the residual under eta *of the batch's time*.  A carried Gaussian is
-    evaluated at every later eta, where that residual no longer holds; the weight then encodes
-    how well an early, poor eta happened to fit d, and the carried fit is biased towards the
-    documents it fitted (measured: predictions shrunk by a factor 1.2-1.3).  The batch mean keeps
-    the batch's total precision sum_d rho_d (and so its weight against the prior, the decay and
-    newer batches) and drops only its spread over documents, which the batch's own time fixed.
+    Classification: unchanged.  Regression (docs/supervised.md §4, "Regression: what the carried
+    statistics keep"): the eps-insensitive augmentation gives document d the precision
+    rho_d ~ 2c / |y_d - omega_d|, the curvature of the absolute loss's quadratic bound tight at the
+    residual under eta *of the batch's time*.  Carried, that bound is evaluated at every later eta,
+    where the residual no longer holds: documents the eta of the time happened to fit keep huge
+    weights.  What the batch's term 2c sum_d max(0, |y_d - eta^T zbar_d| - eps) has in expectation
+    over the residuals is the curvature 2c (f(eps) + f(-eps)) = 4c f(eps) per document (f: the
+    residuals' density), the same for every document.  So every labelled document is carried at
+
+        w = 4c phi(eps / s) / s,   s = RMS of the batch's residuals u_d - eta^T zbar_d  (floor 1/c),
+
+    (f Gaussian; eta: the average of the batch's retained samples), with its pseudo-target
+    u_d = kappa_d / rho_d kept: kappa_d = w u_d.  The floor 1/c is the loss's width, as in
+    ``expected_coefficients``.
     """
     rho = np.asarray(rho, dtype=np.float64)
     kappa = np.asarray(kappa, dtype=np.float64)
-    if task != "regression" or rho.ndim != 2 or rho.shape[1] != 1:
+    if head.task != "regression" or rho.ndim != 2 or rho.shape[1] != 1:
         return rho, kappa
     lab = rho[:, 0] > 0.0
     if not lab.any():
         return rho, kappa
-    rhobar = float(rho[lab, 0].mean())
+    eta = head.acc_sum / head.acc_n if head.acc_n > 0 else head.eta
+    u = kappa[lab, 0] / rho[lab, 0]
+    resid = u - np.asarray(zbar, dtype=np.float64)[lab] @ eta[0]
+    c = float(head.c)
+    s = max(math.sqrt(float(np.mean(resid * resid))), 1.0 / c)
+    t = float(head.epsilon) / s
+    w = 4.0 * c * math.exp(-0.5 * t * t) / (math.sqrt(2.0 * math.pi) * s)
     rho_c, kappa_c = rho.copy(), kappa.copy()
-    kappa_c[lab, 0] = rhobar * (kappa[lab, 0] / rho[lab, 0])
-    rho_c[lab, 0] = rhobar
+    rho_c[lab, 0] = w
+    kappa_c[lab, 0] = w * u
     return rho_c, kappa_c
