@@ -45,6 +45,8 @@ Streaming
 After a batch's sweeps, the batch is folded into the carried statistics with the
 averages of rho and kappa over the retained sweeps:
 A_y <- decay * A_y + sum_d rho_bar_dy zbar_d zbar_d^T, r_y <- decay * r_y + sum_d kappa_bar_dy zbar_d.
+(Regression folds every document at one precision, the expected curvature of the batch's loss, and
+its pseudo-target kappa/rho: ``coefficients.carried_coefficients``, docs/supervised.md §4.)
 That is the Gaussian whose natural parameters are the posterior expectations of the
 batch's (Gaussian-in-eta) pseudo-likelihood terms - the mean-field q(eta) update - and
 it becomes the prior for the next batch.  decay = 1 carries the posterior exactly in
