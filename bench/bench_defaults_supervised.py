@@ -19,6 +19,7 @@ Rows (``run() -> list[dict]``; ``python bench/bench_defaults_supervised.py`` pri
     python bench/bench_defaults_supervised.py                       # everything (~15-25 min on 2 shared cores)
     python bench/bench_defaults_supervised.py --sections stream --corpora r8
     python bench/bench_defaults_supervised.py --sections fit --engines lsparse
+    python bench/bench_defaults_supervised.py --sections regression --seeds 0,1,2 --diagnose
 
 Timings are wall-clock with NUMBA/BLAS threads = 1 on a shared machine (load printed); they
 include the prequential label-free step. Results: bench/results/defaults_supervised.json.
@@ -146,7 +147,7 @@ def fit_rows(engines=("lsparse", "alias"), losses=LOSSES, quick: bool = False) -
     return rows
 
 
-def regression_rows(quick: bool = False) -> list[dict]:
+def regression_rows(quick: bool = False, seeds=(0,), diagnose: bool = False) -> list[dict]:
     from bench_supervised import synthetic_regression
 
     n, k = (1500, 10) if quick else (4000, 20)
@@ -154,7 +155,7 @@ def regression_rows(quick: bool = False) -> list[dict]:
     n_tr = n * 3 // 4
     yt = y[n_tr:]
     print(f"\n[regression] synthetic LDA (bench_supervised.py): {n_tr} train / {n - n_tr} test, K={k}; "
-          f"load {_load_avg()}", flush=True)
+          f"model seeds {list(seeds)}; load {_load_avg()}", flush=True)
 
     def r2(pred):
         return float(1.0 - np.sum((yt - pred) ** 2) / np.sum((yt - yt.mean()) ** 2))
@@ -164,21 +165,31 @@ def regression_rows(quick: bool = False) -> list[dict]:
                  value=oracle, seconds=None, ratio_to_svm=None, note="")]
     _print(rows[-1])
     for label, how in [("one pass", "stream"), ("fit()", "fit")]:
-        m = TopicModel(n_topics=k, supervision="regression")
-        t0 = time.perf_counter()
-        if how == "stream":
-            for lo in range(0, n_tr, 256):
-                hi = min(lo + 256, n_tr)
-                m.partial_fit(docs[lo:hi], labels=list(y[lo:hi]))
-        else:
-            m.fit(docs[:n_tr], labels=list(y[:n_tr]))
-        sec = time.perf_counter() - t0
-        v = r2(np.array(m.predict(docs[n_tr:])))
-        rows.append(dict(section="regression", corpus="synthetic", method=f"regression defaults, {label}",
-                         metric="R^2", value=v, seconds=sec, ratio_to_svm=None,
-                         note=f"ratio to oracle {v / oracle:.3f} (target >= 0.9); c={m.head.c:.1f} "
-                              f"nu2={m.head.prior_var:.1f}"))
-        _print(rows[-1])
+        ratios = []
+        for seed in seeds:
+            m = TopicModel(n_topics=k, supervision="regression", seed=seed)
+            t0 = time.perf_counter()
+            if how == "stream":
+                for lo in range(0, n_tr, 256):
+                    hi = min(lo + 256, n_tr)
+                    m.partial_fit(docs[lo:hi], labels=list(y[lo:hi]))
+            else:
+                m.fit(docs[:n_tr], labels=list(y[:n_tr]))
+            sec = time.perf_counter() - t0
+            v = r2(np.array(m.predict(docs[n_tr:])))
+            ratios.append(v / oracle)
+            note = f"ratio to oracle {v / oracle:.3f} (target >= 0.9); c={m.head.c:.1f} nu2={m.head.prior_var:.1f}"
+            if diagnose:  # least squares (with intercept) on the final model's label-free features
+                ztr, zte = m.zbar_docs(docs[:n_tr]), m.zbar_docs(docs[n_tr:])
+                w, *_ = np.linalg.lstsq(np.c_[ztr, np.ones(n_tr)], y[:n_tr], rcond=None)
+                note += f"; LS on final features {r2(np.c_[zte, np.ones(len(zte))] @ w) / oracle:.3f}"
+            rows.append(dict(section="regression", corpus="synthetic", method=f"regression defaults, {label}"
+                             + (f" (seed {seed})" if len(seeds) > 1 else ""), metric="R^2", value=v, seconds=sec,
+                             ratio_to_svm=None, note=note))
+            _print(rows[-1])
+        if len(seeds) > 1:
+            print(f"  regression {label}: mean ratio to oracle over seeds {list(seeds)}: {np.mean(ratios):.3f}",
+                  flush=True)
     return rows
 
 
@@ -190,7 +201,7 @@ def _print(r: dict) -> None:
 
 
 def run(sections=("stream", "fit", "regression"), corpora=("20ng", "r8"), engines=("lsparse", "alias"),
-        corpus_sizes=(None, 50000), quick: bool = False) -> list[dict]:
+        corpus_sizes=(None, 50000), quick: bool = False, seeds=(0,), diagnose: bool = False) -> list[dict]:
     """All rows of the supervised defaults benchmark (see the module docstring)."""
     _warm_up()
     rows: list[dict] = []
@@ -200,7 +211,7 @@ def run(sections=("stream", "fit", "regression"), corpora=("20ng", "r8"), engine
     if "fit" in sections:
         rows += fit_rows(engines, quick=quick)
     if "regression" in sections:
-        rows += regression_rows(quick)
+        rows += regression_rows(quick, seeds, diagnose)
     return rows
 
 
@@ -220,9 +231,14 @@ def main() -> None:
     ap.add_argument("--engines", default="lsparse,alias")
     ap.add_argument("--corpus-sizes", default="none,50000", help="stream rows: corpus_size values (none = default)")
     ap.add_argument("--quick", action="store_true", help="smoke run on subsets")
+    ap.add_argument("--seeds", default="0", help="regression rows: model seeds, e.g. 0,1,2 (the corpus keeps seed 11)")
+    ap.add_argument("--diagnose", action="store_true",
+                    help="regression rows: also least squares on the final model's label-free features")
     args = ap.parse_args()
     sizes = tuple(None if s == "none" else int(s) for s in args.corpus_sizes.split(","))
-    rows = run(args.sections.split(","), args.corpora.split(","), args.engines.split(","), sizes, args.quick)
+    seeds = tuple(int(x) for x in args.seeds.split(","))
+    rows = run(args.sections.split(","), args.corpora.split(","), args.engines.split(","), sizes, args.quick, seeds,
+               args.diagnose)
     print()
     print(table(rows))
     if not args.quick:

@@ -45,6 +45,8 @@ Streaming
 After a batch's sweeps, the batch is folded into the carried statistics with the
 averages of rho and kappa over the retained sweeps:
 A_y <- decay * A_y + sum_d rho_bar_dy zbar_d zbar_d^T, r_y <- decay * r_y + sum_d kappa_bar_dy zbar_d.
+(Regression folds every document at one precision, the expected curvature of the batch's loss, and
+its pseudo-target kappa/rho: ``coefficients.carried_coefficients``, docs/supervised.md §4.)
 That is the Gaussian whose natural parameters are the posterior expectations of the
 batch's (Gaussian-in-eta) pseudo-likelihood terms - the mean-field q(eta) update - and
 it becomes the prior for the next batch.  decay = 1 carries the posterior exactly in
@@ -67,7 +69,7 @@ from numba import njit
 
 from . import head_io
 from . import samplers as _s
-from .coefficients import expected_coefficients
+from .coefficients import carried_coefficients, expected_coefficients
 from .labels import LabelVocabulary
 from .memo import HeadMemo, MemoRecord, csr, fold
 from .scaling import AUTO, AUTO_NAMES, ScaleStats, auto_constants
@@ -654,7 +656,7 @@ class SupervisedHead:
         """
         self._check_key(batch_key)
         Z = self._zbar(zbar)
-        rho, kappa = self._coefs(rho, kappa, Z.shape[0])
+        rho, kappa = carried_coefficients(self, Z, *self._coefs(rho, kappa, Z.shape[0]))  # §4, regression
         indptr, indices, data = csr(Z)
         fold(self.A, self.r, indptr, indices, data, rho, kappa, 1.0)
         if batch_key is not None:
