@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit
 
 from .text import Vocabulary
+from .word_index import first_sight
 
 
 @dataclass
@@ -85,86 +86,6 @@ def _pairs(token_lists: list[list[str]]):
     words, pos = first_sight(flat)
     doc_of, pos, cnt = count_pairs(pos, lengths, len(words))
     return D, words, pos, cnt, doc_of
-
-
-def first_sight(flat: list[str]) -> tuple[list[str], np.ndarray]:
-    """The distinct words of ``flat`` in first-seen order (the first occurrences themselves) and
-    each token's index among them: what ``dict.fromkeys`` plus a lookup per token give, with the
-    per-token work in one GIL-free kernel over the tokens' characters (the strings are joined
-    with NUL and encoded once; a token that itself holds a NUL takes the dict path)."""
-    n = len(flat)
-    if n:
-        joined = "\0".join(flat)
-        if joined.isascii():
-            codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
-        else:  # one 32-bit unit per code point (lone surrogates included): equal units <=> equal strings
-            codes = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-        pos, first = first_sight_codes(codes, n)
-        if first.size:
-            return list(map(flat.__getitem__, first.tolist())), pos
-    position = {w: i for i, w in enumerate(dict.fromkeys(flat))}
-    return list(position), np.fromiter(map(position.__getitem__, flat), dtype=np.int64, count=n)
-
-
-@njit(cache=True, nogil=True)
-def first_sight_codes(codes, n):
-    """``codes`` holds ``n`` tokens separated by 0: (index of each token's word in first-seen
-    order, the first token of each word); no words when a token holds a 0 itself (the
-    separators do not count n - 1).  Open addressing on a 64-bit FNV-1a hash; a hash match is
-    confirmed by comparing the code units, so the result is exact."""
-    starts = np.empty(n + 1, dtype=np.int64)
-    starts[0] = 0
-    t = 0
-    for i in range(codes.shape[0]):
-        if codes[i] == 0:
-            t += 1
-            if t >= n:
-                return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-            starts[t] = i + 1
-    if t != n - 1:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    starts[n] = codes.shape[0] + 1
-    size = 16
-    while size < 2 * n:
-        size *= 2
-    mask = size - 1
-    table = np.full(2 * size, -1, dtype=np.int64)  # per slot: word, its hash (as int64)
-    wstart = np.empty(n, dtype=np.int64)
-    first = np.empty(n, dtype=np.int64)
-    pos = np.empty(n, dtype=np.int64)
-    W = 0
-    for t in range(n):
-        a = starts[t]
-        b = starts[t + 1] - 1
-        h = np.uint64(14695981039346656037)
-        for i in range(a, b):
-            h = (h ^ np.uint64(codes[i])) * np.uint64(1099511628211)
-        hs = np.int64(h)
-        slot = np.int64((h ^ (h >> np.uint64(29))) & np.uint64(mask))  # high bits into the index
-        while True:
-            w = table[2 * slot]
-            if w < 0:
-                table[2 * slot] = W
-                table[2 * slot + 1] = hs
-                wstart[W] = a
-                first[W] = t
-                pos[t] = W
-                W += 1
-                break
-            if table[2 * slot + 1] == hs:
-                f = wstart[w]
-                end = f + b - a  # that word ends here if it is as long as this token
-                same = end == codes.shape[0] or (end < codes.shape[0] and codes[end] == 0)
-                if same:
-                    for i in range(b - a):
-                        if codes[f + i] != codes[a + i]:
-                            same = False
-                            break
-                if same:
-                    pos[t] = w
-                    break
-            slot = (slot + 1) & mask
-    return pos, first[:W].copy()
 
 
 @njit(cache=True, nogil=True)

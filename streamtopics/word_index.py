@@ -1,0 +1,223 @@
+"""Exact string lookups without per-token Python: a batch's words in first-seen order, and a
+word -> id index for the vocabulary, both as numba kernels over the strings' code points.
+
+Building a minibatch used to cost a dict lookup per token and one per distinct word, all
+under the GIL: serial time that caps what threads can gain (issue 18).  Here the tokens are
+joined and encoded once (C speed), and a GIL-free kernel hashes them (64-bit FNV-1a over the
+code points) into an open-addressing table.  A hash match is always confirmed by comparing
+the code points, so results are exactly those of the dicts they replace: the same words (the
+first occurrences themselves), the same positions, the same ids.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numba import njit
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+def encode(joined: str) -> np.ndarray:
+    """One code unit per code point: bytes for ASCII text, 32-bit units otherwise (lone
+    surrogates included), so equal units <=> equal strings."""
+    if joined.isascii():
+        return np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+    return np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
+class FirstSeen(Sequence):
+    """The distinct words of a flat token list in first-seen order (a sequence of str: item p is
+    the first occurrence of word p), with their code points for ``WordIndex.lookup``."""
+
+    __slots__ = ("flat", "first", "codes", "start", "length", "hashes")
+
+    def __init__(self, flat, first, codes, start, length, hashes):
+        self.flat, self.first, self.codes = flat, first, codes
+        self.start, self.length, self.hashes = start, length, hashes
+
+    def __len__(self) -> int:
+        return self.first.shape[0]
+
+    def __getitem__(self, p):
+        if isinstance(p, slice):
+            return [self.flat[i] for i in self.first[p].tolist()]
+        return self.flat[self.first[p]]
+
+    def __iter__(self):
+        return map(self.flat.__getitem__, self.first.tolist())
+
+
+def first_sight(flat: list[str]) -> tuple[Sequence, np.ndarray]:
+    """(the distinct words of ``flat`` in first-seen order, each token's index among them): what
+    ``dict.fromkeys`` plus a lookup per token give.  The words come as a ``FirstSeen``, or as a
+    list when a token holds NUL itself (the join's separator; then the dicts do it)."""
+    n = len(flat)
+    if n:
+        codes = encode("\0".join(flat))
+        pos, first, start, length, hashes = first_sight_codes(codes, n)
+        if first.size:
+            return FirstSeen(flat, first, codes, start, length, hashes), pos
+    position = {w: i for i, w in enumerate(dict.fromkeys(flat))}
+    return list(position), np.fromiter(map(position.__getitem__, flat), dtype=np.int64, count=n)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fnv(codes, a, b):
+    h = np.uint64(14695981039346656037)
+    for i in range(a, b):
+        h = (h ^ np.uint64(codes[i])) * np.uint64(1099511628211)
+    return h
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _slot(h, mask):
+    return np.int64((h ^ (h >> np.uint64(29))) & np.uint64(mask))  # high bits into the index
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _same(x, a, y, b, n):
+    for i in range(n):
+        if x[a + i] != y[b + i]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def first_sight_codes(codes, n):
+    """``codes`` holds ``n`` tokens separated by 0: (index of each token's word in first-seen
+    order, and per word: its first token, start and length in ``codes``, hash).  No words when
+    a token holds a 0 itself (the separators do not count n - 1)."""
+    starts = np.empty(n + 1, dtype=np.int64)
+    starts[0] = 0
+    t = 0
+    for i in range(codes.shape[0]):
+        if codes[i] == 0:
+            t += 1
+            if t >= n:
+                return _EMPTY, _EMPTY, _EMPTY, _EMPTY, np.empty(0, dtype=np.uint64)
+            starts[t] = i + 1
+    if t != n - 1:
+        return _EMPTY, _EMPTY, _EMPTY, _EMPTY, np.empty(0, dtype=np.uint64)
+    starts[n] = codes.shape[0] + 1
+    size = 16
+    while size < 2 * n:
+        size *= 2
+    mask = size - 1
+    table = np.full(size, -1, dtype=np.int64)
+    hashes = np.empty(n, dtype=np.uint64)
+    wstart = np.empty(n, dtype=np.int64)
+    wlen = np.empty(n, dtype=np.int64)
+    first = np.empty(n, dtype=np.int64)
+    pos = np.empty(n, dtype=np.int64)
+    W = 0
+    for t in range(n):
+        a = starts[t]
+        ln = starts[t + 1] - 1 - a
+        h = _fnv(codes, a, a + ln)
+        slot = _slot(h, mask)
+        while True:
+            w = table[slot]
+            if w < 0:
+                table[slot] = W
+                hashes[W] = h
+                wstart[W] = a
+                wlen[W] = ln
+                first[W] = t
+                pos[t] = W
+                W += 1
+                break
+            if hashes[w] == h and wlen[w] == ln and _same(codes, wstart[w], codes, a, ln):
+                pos[t] = w
+                break
+            slot = (slot + 1) & mask
+    return pos, first[:W].copy(), wstart[:W].copy(), wlen[:W].copy(), hashes[:W].copy()
+
+
+class WordIndex:
+    """word -> id for ids 0..n-1 (appended in order): a copy of a vocabulary's dict that numba
+    can read.  Its owner appends every new word and drops the index when ids are reused."""
+
+    def __init__(self, words: Sequence[str] = ()):
+        self.codes = np.empty(4096, dtype=np.uint32)
+        self.n_codes = 0
+        self.start = np.empty(1024, dtype=np.int64)
+        self.length = np.empty(1024, dtype=np.int64)
+        self.hashes = np.empty(1024, dtype=np.uint64)
+        self.n = 0
+        self.table = np.full(2048, -1, dtype=np.int64)
+        if len(words):
+            self.extend(list(words))
+
+    def extend(self, words: list[str]) -> None:
+        """Append ``words`` (new, distinct) as ids n, n+1, ..."""
+        if not words:
+            return
+        codes = encode("".join(words)).astype(np.uint32, copy=False)
+        lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+        n0, c0 = self.n, self.n_codes
+        self.codes = _room(self.codes, c0 + codes.size)
+        self.codes[c0:c0 + codes.size] = codes
+        for name in ("start", "length", "hashes"):
+            setattr(self, name, _room(getattr(self, name), n0 + lengths.size))
+        self.start[n0:n0 + lengths.size] = c0 + np.cumsum(lengths) - lengths
+        self.length[n0:n0 + lengths.size] = lengths
+        self.n_codes, self.n = c0 + codes.size, n0 + lengths.size
+        if 2 * self.n > self.table.size:
+            size = self.table.size
+            while 2 * self.n > size:
+                size *= 2
+            self.table = np.full(size, -1, dtype=np.int64)
+            index_insert(self.table, self.codes, self.start, self.length, self.hashes, n0, 0, self.n)  # rehash all
+        else:
+            index_insert(self.table, self.codes, self.start, self.length, self.hashes, n0, n0, self.n)
+
+    def lookup(self, words: FirstSeen) -> np.ndarray:
+        """Ids of a batch's distinct words, -1 for unknown ones."""
+        return index_lookup(self.table, self.codes, self.start, self.length, self.hashes,
+                            words.codes, words.start, words.length, words.hashes)
+
+
+def _room(a: np.ndarray, n: int) -> np.ndarray:
+    if n <= a.shape[0]:
+        return a
+    cap = a.shape[0]
+    while cap < n:
+        cap *= 2
+    out = np.empty(cap, dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+@njit(cache=True, nogil=True)
+def index_insert(table, codes, start, length, hashes, new0, i0, i1):
+    """Put ids i0..i1-1 in ``table``, hashing those from ``new0`` on (distinct words: no comparison needed)."""
+    mask = table.shape[0] - 1
+    for i in range(i0, i1):
+        if i >= new0:
+            h = _fnv(codes, start[i], start[i] + length[i])
+            hashes[i] = h
+        slot = _slot(hashes[i], mask)
+        while table[slot] >= 0:
+            slot = (slot + 1) & mask
+        table[slot] = i
+
+
+@njit(cache=True, nogil=True)
+def index_lookup(table, codes, start, length, hashes, q_codes, q_start, q_length, q_hashes):
+    mask = table.shape[0] - 1
+    out = np.empty(q_start.shape[0], dtype=np.int64)
+    for j in range(q_start.shape[0]):
+        h = q_hashes[j]
+        ln = q_length[j]
+        slot = _slot(h, mask)
+        out[j] = -1
+        while True:
+            i = table[slot]
+            if i < 0:
+                break
+            if hashes[i] == h and length[i] == ln and _same(codes, start[i], q_codes, q_start[j], ln):
+                out[j] = i
+                break
+            slot = (slot + 1) & mask
+    return out
