@@ -104,7 +104,7 @@ def first_sight_codes(codes, n):
     while size < 2 * n:
         size *= 2
     mask = size - 1
-    table = np.full(size, -1, dtype=np.int64)
+    table = np.full((size, 4), -1, dtype=np.int64)  # per slot: word, hash, start, length (one cache line)
     hashes = np.empty(n, dtype=np.uint64)
     wstart = np.empty(n, dtype=np.int64)
     wlen = np.empty(n, dtype=np.int64)
@@ -115,11 +115,15 @@ def first_sight_codes(codes, n):
         a = starts[t]
         ln = starts[t + 1] - 1 - a
         h = _fnv(codes, a, a + ln)
+        hs = np.int64(h)
         slot = _slot(h, mask)
         while True:
-            w = table[slot]
+            w = table[slot, 0]
             if w < 0:
-                table[slot] = W
+                table[slot, 0] = W
+                table[slot, 1] = hs
+                table[slot, 2] = a
+                table[slot, 3] = ln
                 hashes[W] = h
                 wstart[W] = a
                 wlen[W] = ln
@@ -127,7 +131,7 @@ def first_sight_codes(codes, n):
                 pos[t] = W
                 W += 1
                 break
-            if hashes[w] == h and wlen[w] == ln and _same(codes, wstart[w], codes, a, ln):
+            if table[slot, 1] == hs and table[slot, 3] == ln and _same(codes, table[slot, 2], codes, a, ln):
                 pos[t] = w
                 break
             slot = (slot + 1) & mask
@@ -145,7 +149,7 @@ class WordIndex:
         self.length = np.empty(1024, dtype=np.int64)
         self.hashes = np.empty(1024, dtype=np.uint64)
         self.n = 0
-        self.table = np.full(2048, -1, dtype=np.int64)
+        self.table = np.full((2048, 4), -1, dtype=np.int64)  # per slot: id, hash, start, length
         if len(words):
             self.extend(list(words))
 
@@ -163,19 +167,18 @@ class WordIndex:
         self.start[n0:n0 + lengths.size] = c0 + np.cumsum(lengths) - lengths
         self.length[n0:n0 + lengths.size] = lengths
         self.n_codes, self.n = c0 + codes.size, n0 + lengths.size
-        if 2 * self.n > self.table.size:
-            size = self.table.size
+        if 2 * self.n > self.table.shape[0]:
+            size = self.table.shape[0]
             while 2 * self.n > size:
                 size *= 2
-            self.table = np.full(size, -1, dtype=np.int64)
+            self.table = np.full((size, 4), -1, dtype=np.int64)
             index_insert(self.table, self.codes, self.start, self.length, self.hashes, n0, 0, self.n)  # rehash all
         else:
             index_insert(self.table, self.codes, self.start, self.length, self.hashes, n0, n0, self.n)
 
     def lookup(self, words: FirstSeen) -> np.ndarray:
         """Ids of a batch's distinct words, -1 for unknown ones."""
-        return index_lookup(self.table, self.codes, self.start, self.length, self.hashes,
-                            words.codes, words.start, words.length, words.hashes)
+        return index_lookup(self.table, self.codes, words.codes, words.start, words.length, words.hashes)
 
 
 def _room(a: np.ndarray, n: int) -> np.ndarray:
@@ -195,28 +198,31 @@ def index_insert(table, codes, start, length, hashes, new0, i0, i1):
     mask = table.shape[0] - 1
     for i in range(i0, i1):
         if i >= new0:
-            h = _fnv(codes, start[i], start[i] + length[i])
-            hashes[i] = h
+            hashes[i] = _fnv(codes, start[i], start[i] + length[i])
         slot = _slot(hashes[i], mask)
-        while table[slot] >= 0:
+        while table[slot, 0] >= 0:
             slot = (slot + 1) & mask
-        table[slot] = i
+        table[slot, 0] = i
+        table[slot, 1] = np.int64(hashes[i])
+        table[slot, 2] = start[i]
+        table[slot, 3] = length[i]
 
 
 @njit(cache=True, nogil=True)
-def index_lookup(table, codes, start, length, hashes, q_codes, q_start, q_length, q_hashes):
+def index_lookup(table, codes, q_codes, q_start, q_length, q_hashes):
     mask = table.shape[0] - 1
     out = np.empty(q_start.shape[0], dtype=np.int64)
     for j in range(q_start.shape[0]):
         h = q_hashes[j]
+        hs = np.int64(h)
         ln = q_length[j]
         slot = _slot(h, mask)
         out[j] = -1
         while True:
-            i = table[slot]
+            i = table[slot, 0]
             if i < 0:
                 break
-            if hashes[i] == h and length[i] == ln and _same(codes, start[i], q_codes, q_start[j], ln):
+            if table[slot, 1] == hs and table[slot, 3] == ln and _same(codes, table[slot, 2], q_codes, q_start[j], ln):
                 out[j] = i
                 break
             slot = (slot + 1) & mask
