@@ -18,6 +18,9 @@ same code for every contender, each with its own alpha).
   ``transform`` of the test split; the models are checked to be bit-identical.
 * stages - CPU cost per token of batch building, E[log phi], the local step (with the
   summary) and the update, in the threads=1 runs of the variational section.
+* stages (``--section stages``) - wall ns/token of every stage (type checks, token -> position,
+  pair counting, vocabulary, E[log phi], kernel, summary, update, ...) of a pass and of
+  ``transform`` with threads 1 and 2: the stages whose time does not halve cap the threads ratio.
 * alias - batch mode ``TopicModel(engine="alias").fit`` with its defaults vs tomotopy (workers=1
   and 2) at K = 100, 400, 1024, 4096 (bench_alias machinery; the alias engine's batch mode runs
   on one thread), ``--rounds`` paired rounds, median ratios; prints the kernel the engine chose
@@ -27,6 +30,7 @@ same code for every contender, each with its own alpha).
     python bench/bench_speed.py                                 # everything
     python bench/bench_speed.py --section variational --setting 20ng-df5
     python bench/bench_speed.py --section threads --n-train 4000
+    python bench/bench_speed.py --section stages --setting 20ng-df5   # wall ns/token per stage, threads 1 and 2
     python bench/bench_speed.py --section alias --k 100,1024 --sweeps 30 --rounds 3
 
 On a shared machine wall-clock speeds drift with the load: ratios are taken within one run
@@ -190,6 +194,82 @@ def section_threads(args, name: str) -> dict:
     return out
 
 
+STAGES = [  # (label, module, attribute): module functions timed by wrapping them where they are called from
+    ("tokenize (type checks)", "streamtopics.model", "tokenize_docs"),
+    ("token -> position (first sight)", "streamtopics.batch", "first_sight"),
+    ("pair counting", "streamtopics.batch", "count_pairs"),
+    ("batch building, all", "streamtopics.model", "build_batch"),
+    ("kernel (local step)", "streamtopics.engines.lsparse", "run_lsparse"),
+    ("summary", "streamtopics.engines.lsparse", "summarize_sparse"),
+    ("alpha step", "streamtopics.model", "alpha_step"),
+]
+METHODS = [  # (label, path from the model, method): bound methods timed per model instance
+    ("vocabulary ids", "vocab", "ids"),
+    ("vocabulary growth", "vocab", "add_rows"),
+    ("state rows (ensure_words)", "state", "ensure_words"),
+    ("E[log phi]", "state", "expected_log_phi"),
+    ("global update", "updater", "apply"),
+    ("process, all", None, "process"),
+]
+
+
+def _timed(fn, label, acc):
+    def wrapper(*a, **k):
+        t = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            acc[label] = acc.get(label, 0.0) + time.perf_counter() - t
+    return wrapper
+
+
+def section_stages(args, name: str) -> dict:
+    """Wall ns/token of every stage of a pass and of ``transform``, threads 1 and 2 (stages of
+    threads=2 that run on one thread are what caps its ratio)."""
+    import importlib
+
+    s = Setting(name, args.n_train, args.n_test)
+    n_test = sum(map(len, s.test))
+    print(f"\n[stages] {name}: {s.n_docs} docs, {s.n_tokens:,} tokens; transform {len(s.test)} docs, {n_test:,} "
+          f"tokens; K={args.k_var}; wall ns/token; load {load()}", flush=True)
+    acc: dict = {}
+    saved = []
+    for label, mod, attr in STAGES:
+        m_ = importlib.import_module(mod)
+        saved.append((m_, attr, getattr(m_, attr)))
+        setattr(m_, attr, _timed(getattr(m_, attr), label, acc))
+    out = {}
+    try:
+        for t in (1, 2):
+            TopicModel(n_topics=args.k_var, threads=t).partial_fit(s.train[:16])
+            m = TopicModel(n_topics=args.k_var, threads=t)
+            for label, path, meth in METHODS:
+                obj = m if path is None else getattr(m, path)
+                setattr(obj, meth, _timed(getattr(obj, meth), label, acc))
+            for phase, n_tok in (("pass", s.n_tokens), ("transform", n_test)):
+                acc.clear()
+                t0 = time.perf_counter()
+                if phase == "pass":
+                    for lo in range(0, s.n_docs, BATCH):
+                        m.partial_fit(s.train[lo:lo + BATCH])
+                else:
+                    m.transform(s.test)
+                acc["total"] = time.perf_counter() - t0
+                out[f"{phase} threads={t}"] = {k: 1e9 * v / n_tok for k, v in acc.items()}
+    finally:
+        for m_, attr, fn in saved:
+            setattr(m_, attr, fn)
+    labels = list(dict.fromkeys(k for v in out.values() for k in v))
+    cols = list(out)
+    print("  " + f"{'stage':<34}" + "".join(f"{c:>22}" for c in cols))
+    for lab in labels:
+        print("  " + f"{lab:<34}" + "".join(f"{out[c].get(lab, 0.0):>22.0f}" for c in cols))
+    for phase in ("pass", "transform"):
+        a, b = out[f"{phase} threads=1"]["total"], out[f"{phase} threads=2"]["total"]
+        print(f"  {phase}: threads 2/1 = {a / b:.2f}x (one run, wall)")
+    return out
+
+
 def section_alias(args) -> dict:
     import gc
 
@@ -258,7 +338,7 @@ def section_alias(args) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--section", choices=["variational", "threads", "alias", "all"], default="all")
+    ap.add_argument("--section", choices=["variational", "threads", "stages", "alias", "all"], default="all")
     ap.add_argument("--setting", default="20ng-df5,20ng-long4-df5", help="comma-separated corpora_prep SETTINGS")
     ap.add_argument("--n-train", type=int, default=None, help="first N training documents only")
     ap.add_argument("--n-test", type=int, default=3000, help="test documents scored (completion split)")
@@ -277,6 +357,8 @@ def main(argv=None) -> int:
         results["variational"] = {n: section_variational(args, n) for n in settings}
     if args.section in ("threads", "all"):
         results["threads"] = {n: section_threads(args, n) for n in settings}
+    if args.section in ("stages", "all"):
+        results["stages"] = {n: section_stages(args, n) for n in settings}
     if args.section in ("alias", "all"):
         results["alias"] = section_alias(args)
     results["load_after"] = load()

@@ -757,7 +757,7 @@ class LSparseEngine:
         doc_topic, top_idx, top_r, top_n, iters, n_active, data, ent, alloc, tried, accepted = out[:11]
         summary = None
         if summarize:
-            summary = summarize_sparse(batch, top_idx, top_r, top_n, state.n_topics)
+            summary = summarize_sparse(batch, top_idx, top_r, top_n, state.n_topics, runner=runner)
             summary.entropy = float(ent.sum())
             summary.alloc = float(alloc.sum())
         result = LocalResult(
