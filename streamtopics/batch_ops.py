@@ -50,7 +50,7 @@ def tokenize_docs(tokenizer, docs, start: int = 0) -> list[list[str]]:
                 join(d)
             except TypeError:
                 raise TypeError(f"document {i}: a token list must contain only str") from None
-            out.append(list(d))
+            out.append(d if type(d) is list else list(d))  # read only from here on: no copy
         else:
             raise TypeError(f"document {i}: expected str or list[str], got {type(d).__name__}")
     return out

@@ -84,57 +84,73 @@ def _same(x, a, y, b, n):
 
 
 @njit(cache=True, nogil=True)
+def _rehash(table, hashes, W):
+    """``table`` at twice the size, words 0..W-1 placed again."""
+    out = np.full((2 * table.shape[0], 2), -1, dtype=np.int64)
+    mask = out.shape[0] - 1
+    for w in range(W):
+        slot = _slot(hashes[w], mask)
+        while out[slot, 0] >= 0:
+            slot = (slot + 1) & mask
+        out[slot, 0] = w
+        out[slot, 1] = np.int64(hashes[w])
+    return out
+
+
+@njit(cache=True, nogil=True)
 def first_sight_codes(codes, n):
     """``codes`` holds ``n`` tokens separated by 0: (index of each token's word in first-seen
     order, and per word: its first token, start and length in ``codes``, hash).  No words when
-    a token holds a 0 itself (the separators do not count n - 1)."""
-    starts = np.empty(n + 1, dtype=np.int64)
-    starts[0] = 0
-    t = 0
-    for i in range(codes.shape[0]):
-        if codes[i] == 0:
-            t += 1
-            if t >= n:
-                return _EMPTY, _EMPTY, _EMPTY, _EMPTY, np.empty(0, dtype=np.uint64)
-            starts[t] = i + 1
-    if t != n - 1:
-        return _EMPTY, _EMPTY, _EMPTY, _EMPTY, np.empty(0, dtype=np.uint64)
-    starts[n] = codes.shape[0] + 1
-    size = 16
-    while size < 2 * n:
+    a token holds a 0 itself (the separators do not count n - 1).  One pass over the codes
+    hashes each token as it goes."""
+    empty = np.empty(0, dtype=np.uint64)
+    size = 1024  # slots: word, hash; doubled while more than half full (a batch has far fewer words than tokens)
+    while size < n // 2:
         size *= 2
-    mask = size - 1
-    table = np.full((size, 4), -1, dtype=np.int64)  # per slot: word, hash, start, length (one cache line)
+    table = np.full((size, 2), -1, dtype=np.int64)
     hashes = np.empty(n, dtype=np.uint64)
     wstart = np.empty(n, dtype=np.int64)
     wlen = np.empty(n, dtype=np.int64)
     first = np.empty(n, dtype=np.int64)
     pos = np.empty(n, dtype=np.int64)
     W = 0
-    for t in range(n):
-        a = starts[t]
-        ln = starts[t + 1] - 1 - a
-        h = _fnv(codes, a, a + ln)
+    t = 0
+    a = 0
+    L = codes.shape[0]
+    h = np.uint64(14695981039346656037)
+    for i in range(L + 1):
+        if i < L and codes[i] != 0:
+            h = (h ^ np.uint64(codes[i])) * np.uint64(1099511628211)
+            continue
+        if t >= n:  # more separators than tokens: a token holds a 0
+            return _EMPTY, _EMPTY, _EMPTY, _EMPTY, empty
+        ln = i - a
         hs = np.int64(h)
+        mask = table.shape[0] - 1
         slot = _slot(h, mask)
         while True:
             w = table[slot, 0]
             if w < 0:
                 table[slot, 0] = W
                 table[slot, 1] = hs
-                table[slot, 2] = a
-                table[slot, 3] = ln
                 hashes[W] = h
                 wstart[W] = a
                 wlen[W] = ln
                 first[W] = t
                 pos[t] = W
                 W += 1
+                if 2 * W > table.shape[0]:
+                    table = _rehash(table, hashes, W)
                 break
-            if table[slot, 1] == hs and table[slot, 3] == ln and _same(codes, table[slot, 2], codes, a, ln):
+            if table[slot, 1] == hs and wlen[w] == ln and _same(codes, wstart[w], codes, a, ln):
                 pos[t] = w
                 break
             slot = (slot + 1) & mask
+        t += 1
+        a = i + 1
+        h = np.uint64(14695981039346656037)
+    if t != n:
+        return _EMPTY, _EMPTY, _EMPTY, _EMPTY, empty
     return pos, first[:W].copy(), wstart[:W].copy(), wlen[:W].copy(), hashes[:W].copy()
 
 
