@@ -223,6 +223,51 @@ def _timed(fn, label, acc):
     return wrapper
 
 
+def critical_path(s: Setting, K: int, threads: int) -> dict:
+    """A pass with ``threads`` timed by CPU time, for a machine whose other load makes wall-clock
+    ratios meaningless: the calling thread's CPU outside the parallel runs (serial work) plus, per
+    ``ThreadRunner.run``, the makespan of a greedy schedule of its ranges' CPU times on
+    ``threads`` workers (what the run takes on idle cores).  ``idle_estimate`` is their sum."""
+    from streamtopics import parallel
+
+    serial_in_runs, makespans = [0.0], [0.0]
+    orig = parallel.ThreadRunner.run
+
+    def run(self, fn, ranges):
+        times = []
+
+        def timed(lo, hi):
+            t = time.thread_time()
+            try:
+                return fn(lo, hi)
+            finally:
+                times.append(time.thread_time() - t)
+        t0 = time.thread_time()
+        try:
+            return orig(self, timed, ranges)
+        finally:
+            serial_in_runs[0] += time.thread_time() - t0
+            load_ = [0.0] * self.threads
+            for x in times:  # ranges are taken in order by whichever worker is free first
+                i = load_.index(min(load_))
+                load_[i] += x
+            makespans[0] += max(load_)
+
+    TopicModel(n_topics=K, threads=threads).partial_fit(s.train[:16])
+    m = TopicModel(n_topics=K, threads=threads)
+    parallel.ThreadRunner.run = run
+    try:
+        t0, c0 = time.thread_time(), time.process_time()
+        for lo in range(0, s.n_docs, BATCH):
+            m.partial_fit(s.train[lo:lo + BATCH])
+        main, cpu = time.thread_time() - t0, time.process_time() - c0
+    finally:
+        parallel.ThreadRunner.run = orig
+    serial = main - serial_in_runs[0]
+    return {"cpu": cpu, "serial": serial, "parallel_makespan": makespans[0],
+            "idle_estimate": serial + makespans[0] if threads > 1 else cpu}
+
+
 def section_stages(args, name: str) -> dict:
     """Wall ns/token of every stage of a pass and of ``transform``, threads 1 and 2 (stages of
     threads=2 that run on one thread are what caps its ratio)."""
@@ -267,6 +312,13 @@ def section_stages(args, name: str) -> dict:
     for phase in ("pass", "transform"):
         a, b = out[f"{phase} threads=1"]["total"], out[f"{phase} threads=2"]["total"]
         print(f"  {phase}: threads 2/1 = {a / b:.2f}x (one run, wall)")
+    cp = {t: critical_path(s, args.k_var, t) for t in (1, 2)}
+    c2 = cp[2]
+    print(f"  pass by CPU time (load-proof): threads=1 {1e9 * cp[1]['cpu'] / s.n_tokens:.0f} ns/token; threads=2 serial "
+          f"{1e9 * c2['serial'] / s.n_tokens:.0f} + parallel makespan {1e9 * c2['parallel_makespan'] / s.n_tokens:.0f} "
+          f"= {1e9 * c2['idle_estimate'] / s.n_tokens:.0f} ns/token => {cp[1]['cpu'] / c2['idle_estimate']:.2f}x on idle cores "
+          f"(serial share of threads=1: {c2['serial'] / cp[1]['cpu']:.1%}); load {load()}", flush=True)
+    out["critical_path"] = cp
     return out
 
 
