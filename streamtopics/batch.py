@@ -6,7 +6,6 @@ batch-local numbering (``uniq``/``local``) so kernels can work on a dense
 """
 from __future__ import annotations
 
-from itertools import chain
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -82,8 +81,7 @@ def _pairs(token_lists: list[list[str]]):
     slightly on its batch-mates (as it always did here)."""
     D = len(token_lists)
     lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=D)
-    flat = list(chain.from_iterable(token_lists))
-    words, pos = first_sight(flat)
+    words, pos = first_sight(token_lists, int(lengths.sum()))
     doc_of, pos, cnt = count_pairs(pos, lengths, len(words))
     return D, words, pos, cnt, doc_of
 

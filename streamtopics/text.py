@@ -183,7 +183,8 @@ class Vocabulary:
             room = new_pos.size if self.cap is None else max(self.cap - len(self._words), 0)
             take = new_pos[:room]
             if take.size:
-                ids[take] = self._extend([words[p] for p in take])
+                new = words.pick(take) if isinstance(words, FirstSeen) else [words[p] for p in take]
+                ids[take] = self._extend(new)
             rest = new_pos[room:]
             if rest.size and self.policy == "evict":
                 evicted = self._evict_for(words, ids, rest)

@@ -11,6 +11,7 @@ first occurrences themselves), the same positions, the same ids.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 from numba import njit
@@ -27,39 +28,47 @@ def encode(joined: str) -> np.ndarray:
 
 
 class FirstSeen(Sequence):
-    """The distinct words of a flat token list in first-seen order (a sequence of str: item p is
-    the first occurrence of word p), with their code points for ``WordIndex.lookup``."""
+    """The distinct words of a batch in first-seen order (a sequence of str, cut from the joined
+    text: equal to the first occurrences), with their code points for ``WordIndex.lookup``."""
 
-    __slots__ = ("flat", "first", "codes", "start", "length", "hashes")
+    __slots__ = ("joined", "codes", "start", "length", "hashes")
 
-    def __init__(self, flat, first, codes, start, length, hashes):
-        self.flat, self.first, self.codes = flat, first, codes
+    def __init__(self, joined, codes, start, length, hashes):
+        self.joined, self.codes = joined, codes
         self.start, self.length, self.hashes = start, length, hashes
 
     def __len__(self) -> int:
-        return self.first.shape[0]
+        return self.start.shape[0]
 
     def __getitem__(self, p):
         if isinstance(p, slice):
-            return [self.flat[i] for i in self.first[p].tolist()]
-        return self.flat[self.first[p]]
+            return self.pick(np.arange(len(self))[p])
+        a = int(self.start[p])  # code units are code points: indices into ``joined``
+        return self.joined[a:a + int(self.length[p])]
+
+    def pick(self, positions) -> list[str]:
+        """The words at ``positions``."""
+        j = self.joined
+        return [j[a:a + n] for a, n in zip(self.start[positions].tolist(), self.length[positions].tolist())]
 
     def __iter__(self):
-        return map(self.flat.__getitem__, self.first.tolist())
+        return iter(self.pick(slice(None)))
 
 
-def first_sight(flat: list[str]) -> tuple[Sequence, np.ndarray]:
-    """(the distinct words of ``flat`` in first-seen order, each token's index among them): what
-    ``dict.fromkeys`` plus a lookup per token give.  The words come as a ``FirstSeen``, or as a
-    list when a token holds NUL itself (the join's separator; then the dicts do it)."""
-    n = len(flat)
-    if n:
-        codes = encode("\0".join(flat))
-        pos, first, start, length, hashes = first_sight_codes(codes, n)
+def first_sight(token_lists: list[list[str]], n_tokens: int) -> tuple[Sequence, np.ndarray]:
+    """(the distinct words of the batch in first-seen order, each token's index among them): what
+    ``dict.fromkeys`` of the flat token list plus a lookup per token give.  The words come as a
+    ``FirstSeen``, or as a list when a token holds NUL itself (the join's separator; then the
+    dicts do it)."""
+    if n_tokens:
+        joined = "\0".join(["\0".join(d) for d in token_lists if d])  # no per-token list: ~7 ns/token less
+        codes = encode(joined)
+        pos, first, start, length, hashes = first_sight_codes(codes, n_tokens)
         if first.size:
-            return FirstSeen(flat, first, codes, start, length, hashes), pos
+            return FirstSeen(joined, codes, start, length, hashes), pos
+    flat = list(chain.from_iterable(token_lists))
     position = {w: i for i, w in enumerate(dict.fromkeys(flat))}
-    return list(position), np.fromiter(map(position.__getitem__, flat), dtype=np.int64, count=n)
+    return list(position), np.fromiter(map(position.__getitem__, flat), dtype=np.int64, count=n_tokens)
 
 
 @njit(cache=True, nogil=True, inline="always")
