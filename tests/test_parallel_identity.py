@@ -126,3 +126,21 @@ def test_summary_split_over_threads_is_the_same(threads):
         a, c = getattr(one, f), getattr(many, f)
         assert a.dtype == c.dtype and np.array_equal(a, c), f
     assert one.values.size > 1000
+
+
+def test_add_summary_split_over_threads_is_the_same():
+    import copy
+
+    docs = [d.text for d in load_reuters_r8("train", seed=3)[:300]]
+    m = TopicModel(n_topics=16, seed=1, threads=1)
+    for lo in range(0, 200, 100):
+        m.partial_fit(docs[lo:lo + 100])
+    summary = m.local_step.infer(m.state, m.prepare(m.tokenize(docs[200:300]))).summary
+    assert summary.word_ids.size >= 256
+    one, two = copy.deepcopy(m.state), copy.deepcopy(m.state)
+    one.runner, two.runner = None, ThreadRunner(2)
+    for factor in (0.37, -1.0, 2.5):
+        one.add_summary(summary, factor)
+        two.add_summary(summary, factor)
+    assert np.array_equal(one.mu, two.mu) and np.array_equal(one.mu_totals, two.mu_totals)
+    assert not np.array_equal(one.mu, m.state.mu)
