@@ -56,12 +56,16 @@ class ThreadRunner:
         self.threads = resolve_threads(threads)
         self._pool: ThreadPoolExecutor | None = None
 
-    def chunks(self) -> int:
+    def chunks(self, uneven: bool = True) -> int:
         """How many ranges to cut work into.  Documents differ in cost (their iterations), so
         the ranges are handed out one at a time as threads come free: with 16 per thread the
         last one's straggling costs ~1 % (a greedy schedule of measured 20NG ranges: 96 % of
-        the ideal two-thread time with 4 per thread, 98.7 % with 16)."""
-        return 1 if self.threads == 1 else 16 * self.threads
+        the ideal two-thread time with 4 per thread, 98.7 % with 16).  Work of even cost per
+        item (``uneven=False``: rows of E[log phi], of the summary, of the update) needs fewer
+        (each range costs a GIL-holding call of a few microseconds)."""
+        if self.threads == 1:
+            return 1
+        return (16 if uneven else 4) * self.threads
 
     def run(self, fn, ranges):
         """``fn(lo, hi)`` for every range; returns the results in range order.  Each thread takes

@@ -163,7 +163,7 @@ class ModelState:
         out = np.empty((rows.shape[0], self.n_topics))
         mu, scale, beta, common = self.mu, self.scale, self.beta, self.smoothing
         runner.run(lambda lo, hi: expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, lo, hi),
-                   split_weighted(np.arange(rows.shape[0] + 1), runner.chunks()))
+                   split_weighted(np.arange(rows.shape[0] + 1), runner.chunks(uneven=False)))
         return out
 
     def topic_word(self) -> np.ndarray:
@@ -183,7 +183,7 @@ class ModelState:
             _scatter_add(self.mu, self.mu_totals, w, summary.indptr, summary.topics, summary.values, float(factor))
             return
         mu, ptr, top, val, f = self.mu, summary.indptr, summary.topics, summary.values, float(factor)
-        runner.run(lambda u0, u1: scatter_rows(mu, w, ptr, top, val, f, u0, u1), split_weighted(ptr, runner.chunks()))
+        runner.run(lambda u0, u1: scatter_rows(mu, w, ptr, top, val, f, u0, u1), split_weighted(ptr, runner.chunks(uneven=False)))
         add_totals(self.mu_totals, top, val, f)
 
     def decay(self, keep: float) -> None:

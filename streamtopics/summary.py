@@ -194,7 +194,7 @@ def summarize_sparse(batch, top_idx, top_r, top_n, n_topics: int, runner=None) -
         count = np.empty(U, dtype=np.int64)
         runner.run(lambda u0, u1: summary_words(u0, u1, start, order, batch.counts, top_idx, top_r, top_n, bound,
                                                 n_topics, tmp_topics, tmp_values, count),
-                   split_weighted(bound, runner.chunks()))
+                   split_weighted(bound, runner.chunks(uneven=False)))
         indptr, topics, values, totals = summary_compact(bound, count, tmp_topics, tmp_values, n_topics)
     return Summary(word_ids=batch.uniq.copy(), indptr=indptr, topics=topics, values=values, topic_totals=totals,
                    n_docs=batch.n_docs, n_tokens=float(batch.n_tokens))
