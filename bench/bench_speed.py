@@ -15,7 +15,11 @@ same code for every contender, each with its own alpha).
   and the ratio to the fastest peer in the same run, by wall clock and by CPU time (on a
   loaded machine the CPU-time ratio is the steadier one for single-threaded contenders).
 * threads - streamtopics threads=1 vs threads=2, paired back to back, for the pass and for
-  ``transform`` of the test split; the models are checked to be bit-identical.
+  ``transform`` of the test split; the models are checked to be bit-identical.  Wall-clock ratios
+  need two idle cores (with other work on the machine, cpu/wall of the 2-thread run falls below 2
+  and the ratio measures the scheduler); the section also prints a load-proof estimate from CPU
+  times (``RunClock``: serial CPU of the calling thread + the greedy makespan of every parallel
+  run's ranges on 2 workers).
 * stages - CPU cost per token of batch building, E[log phi], the local step (with the
   summary) and the update, in the threads=1 runs of the variational section.
 * stages (``--section stages``) - wall ns/token of every stage (type checks, token -> position,
@@ -191,6 +195,10 @@ def section_threads(args, name: str) -> dict:
                   f"tok/s = {fit:.2f}x; transform {tr:.2f}x; bit-identical model and theta: {same}; "
                   f"cpu/wall with 2 threads {rounds[-1]['cpu_over_wall_2']:.2f}; load {load()}", flush=True)
         out[variant] = rounds
+    # wall-clock ratios need two idle cores; CPU times give what they would show (RunClock)
+    cp = {t: critical_path(s, K, t) for t in (1, 2)}
+    print_critical_path(cp, s.n_tokens, sum(map(len, s.test)))
+    out["critical_path"] = cp
     return out
 
 
@@ -334,6 +342,8 @@ def section_stages(args, name: str) -> dict:
     saved = []
     for label, mod, attr in STAGES:
         m_ = importlib.import_module(mod)
+        if not hasattr(m_, attr):  # an older checkout without this stage
+            continue
         saved.append((m_, attr, getattr(m_, attr)))
         setattr(m_, attr, _timed(getattr(m_, attr), label, acc))
     out = {}
