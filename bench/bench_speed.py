@@ -15,9 +15,16 @@ same code for every contender, each with its own alpha).
   and the ratio to the fastest peer in the same run, by wall clock and by CPU time (on a
   loaded machine the CPU-time ratio is the steadier one for single-threaded contenders).
 * threads - streamtopics threads=1 vs threads=2, paired back to back, for the pass and for
-  ``transform`` of the test split; the models are checked to be bit-identical.
+  ``transform`` of the test split; the models are checked to be bit-identical.  Wall-clock ratios
+  need two idle cores (with other work on the machine, cpu/wall of the 2-thread run falls below 2
+  and the ratio measures the scheduler); the section also prints a load-proof estimate from CPU
+  times (``RunClock``: serial CPU of the calling thread + the greedy makespan of every parallel
+  run's ranges on 2 workers).
 * stages - CPU cost per token of batch building, E[log phi], the local step (with the
   summary) and the update, in the threads=1 runs of the variational section.
+* stages (``--section stages``) - wall ns/token of every stage (type checks, token -> position,
+  pair counting, vocabulary, E[log phi], kernel, summary, update, ...) of a pass and of
+  ``transform`` with threads 1 and 2: the stages whose time does not halve cap the threads ratio.
 * alias - batch mode ``TopicModel(engine="alias").fit`` with its defaults vs tomotopy (workers=1
   and 2) at K = 100, 400, 1024, 4096 (bench_alias machinery; the alias engine's batch mode runs
   on one thread), ``--rounds`` paired rounds, median ratios; prints the kernel the engine chose
@@ -27,6 +34,7 @@ same code for every contender, each with its own alpha).
     python bench/bench_speed.py                                 # everything
     python bench/bench_speed.py --section variational --setting 20ng-df5
     python bench/bench_speed.py --section threads --n-train 4000
+    python bench/bench_speed.py --section stages --setting 20ng-df5   # wall ns/token per stage, threads 1 and 2
     python bench/bench_speed.py --section alias --k 100,1024 --sweeps 30 --rounds 3
 
 On a shared machine wall-clock speeds drift with the load: ratios are taken within one run
@@ -187,7 +195,202 @@ def section_threads(args, name: str) -> dict:
                   f"tok/s = {fit:.2f}x; transform {tr:.2f}x; bit-identical model and theta: {same}; "
                   f"cpu/wall with 2 threads {rounds[-1]['cpu_over_wall_2']:.2f}; load {load()}", flush=True)
         out[variant] = rounds
+    # wall-clock ratios need two idle cores; CPU times give what they would show (RunClock)
+    cp = {t: critical_path(s, K, t) for t in (1, 2)}
+    print_critical_path(cp, s.n_tokens, sum(map(len, s.test)))
+    out["critical_path"] = cp
     return out
+
+
+STAGES = [  # (label, module, attribute): module functions timed by wrapping them where they are called from
+    ("tokenize (type checks)", "streamtopics.model", "tokenize_docs"),
+    ("token -> position (first sight)", "streamtopics.batch", "first_sight"),
+    ("pair counting", "streamtopics.batch", "count_pairs"),
+    ("batch building, all", "streamtopics.model", "build_batch"),
+    ("kernel (local step)", "streamtopics.engines.lsparse", "run_lsparse"),
+    ("summary", "streamtopics.engines.lsparse", "summarize_sparse"),
+    ("alpha step", "streamtopics.model", "alpha_step"),
+]
+METHODS = [  # (label, path from the model, method): bound methods timed per model instance
+    ("vocabulary ids", "vocab", "ids"),
+    ("vocabulary growth", "vocab", "add_rows"),
+    ("state rows (ensure_words)", "state", "ensure_words"),
+    ("E[log phi]", "state", "expected_log_phi"),
+    ("global update", "updater", "apply"),
+    ("process, all", None, "process"),
+]
+
+
+def _timed(fn, label, acc):
+    def wrapper(*a, **k):
+        t = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            acc[label] = acc.get(label, 0.0) + time.perf_counter() - t
+    return wrapper
+
+
+class RunClock:
+    """Patches ``ThreadRunner.run`` to account, per calling thread, the caller's CPU inside runs,
+    the CPU of all ranges, and the makespan of a greedy schedule of the ranges' CPU times on the
+    runner's threads (what the run takes on idle cores: ranges are taken in order by whichever
+    worker is free first)."""
+
+    def __init__(self):
+        import threading
+
+        from streamtopics import parallel
+        self.parallel, self.ident, self.acc = parallel, threading.get_ident, {}
+        self.orig = parallel.ThreadRunner.run
+
+    def get(self) -> list:
+        return list(self.acc.get(self.ident(), [0.0, 0.0, 0.0]))
+
+    def __enter__(self):
+        clock, orig = self, self.orig
+
+        def run(runner, fn, ranges):
+            times = []
+
+            def timed(lo, hi):
+                t = time.thread_time()
+                try:
+                    return fn(lo, hi)
+                finally:
+                    times.append(time.thread_time() - t)
+            t0 = time.thread_time()
+            try:
+                return orig(runner, timed, ranges)
+            finally:
+                busy = [0.0] * runner.threads
+                for x in times:
+                    busy[busy.index(min(busy))] += x
+                a = clock.acc.setdefault(clock.ident(), [0.0, 0.0, 0.0])
+                a[0] += time.thread_time() - t0
+                a[1] += sum(times)
+                a[2] += max(busy)
+        self.parallel.ThreadRunner.run = run
+        return self
+
+    def __exit__(self, *exc):
+        self.parallel.ThreadRunner.run = self.orig
+
+
+def critical_path(s: Setting, K: int, threads: int) -> dict:
+    """A pass and ``transform`` with ``threads``, timed by CPU time, for a machine whose other load
+    makes wall-clock ratios meaningless.  Pass: the calling thread's CPU outside the parallel runs
+    (serial work) plus the runs' makespans (``RunClock``).  Transform (chunks prepared on the calling
+    thread while a pipeline thread infers the previous one): the first chunk's preparation, then
+    per chunk the longest of its inference (serial + makespans), the next chunk's preparation, and
+    both of them shared by two cores.  ``idle_estimate``: seconds on otherwise idle cores."""
+    TopicModel(n_topics=K, threads=threads).partial_fit(s.train[:16])
+    m = TopicModel(n_topics=K, threads=threads)
+    out = {}
+    with RunClock() as clock:
+        t0, c0 = time.thread_time(), time.process_time()
+        for lo in range(0, s.n_docs, BATCH):
+            m.partial_fit(s.train[lo:lo + BATCH])
+        main, cpu = time.thread_time() - t0, time.process_time() - c0
+        in_runs, _, makespan = clock.get()
+        serial = main - in_runs
+        out["pass"] = {"cpu": cpu, "serial": serial, "parallel_makespan": makespan,
+                       "idle_estimate": serial + makespan if threads > 1 else cpu}
+        prep, infer = [], []
+        tokenize, prepare, infer_counts = m.tokenize, m.prepare, m.infer_counts
+
+        def timed_prep(fn):
+            def wrapper(*a, **k):
+                t = time.thread_time()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    prep.append(time.thread_time() - t)
+            return wrapper
+
+        def timed_infer(*a, **k):
+            t, (r0, c0_, m0) = time.thread_time(), clock.get()
+            try:
+                return infer_counts(*a, **k)
+            finally:
+                r1, c1, m1 = clock.get()
+                own = time.thread_time() - t - (r1 - r0)  # this thread's CPU outside runs
+                infer.append((own + m1 - m0, own + c1 - c0_))  # (idle-core time, CPU)
+        m.tokenize, m.prepare, m.infer_counts = timed_prep(tokenize), timed_prep(prepare), timed_infer
+        c0 = time.process_time()
+        m.transform(s.test)
+        cpu = time.process_time() - c0
+    per_chunk = [a + b for a, b in zip(prep[0::2], prep[1::2])]  # tokenize + prepare of each chunk
+    est = per_chunk[0] if per_chunk else 0.0
+    for i, (t_idle, t_cpu) in enumerate(infer):
+        nxt = per_chunk[i + 1] if i + 1 < len(per_chunk) else 0.0
+        est += max(t_idle, nxt, (t_cpu + nxt) / 2)
+    out["transform"] = {"cpu": cpu, "serial": per_chunk[0] if per_chunk else 0.0, "idle_estimate": est if threads > 1 else cpu}
+    return out
+
+
+def section_stages(args, name: str) -> dict:
+    """Wall ns/token of every stage of a pass and of ``transform``, threads 1 and 2 (stages of
+    threads=2 that run on one thread are what caps its ratio)."""
+    import importlib
+
+    s = Setting(name, args.n_train, args.n_test)
+    n_test = sum(map(len, s.test))
+    print(f"\n[stages] {name}: {s.n_docs} docs, {s.n_tokens:,} tokens; transform {len(s.test)} docs, {n_test:,} "
+          f"tokens; K={args.k_var}; wall ns/token; load {load()}", flush=True)
+    acc: dict = {}
+    saved = []
+    for label, mod, attr in STAGES:
+        m_ = importlib.import_module(mod)
+        if not hasattr(m_, attr):  # an older checkout without this stage
+            continue
+        saved.append((m_, attr, getattr(m_, attr)))
+        setattr(m_, attr, _timed(getattr(m_, attr), label, acc))
+    out = {}
+    try:
+        for t in (1, 2):
+            TopicModel(n_topics=args.k_var, threads=t).partial_fit(s.train[:16])
+            m = TopicModel(n_topics=args.k_var, threads=t)
+            for label, path, meth in METHODS:
+                obj = m if path is None else getattr(m, path)
+                setattr(obj, meth, _timed(getattr(obj, meth), label, acc))
+            for phase, n_tok in (("pass", s.n_tokens), ("transform", n_test)):
+                acc.clear()
+                t0 = time.perf_counter()
+                if phase == "pass":
+                    for lo in range(0, s.n_docs, BATCH):
+                        m.partial_fit(s.train[lo:lo + BATCH])
+                else:
+                    m.transform(s.test)
+                acc["total"] = time.perf_counter() - t0
+                out[f"{phase} threads={t}"] = {k: 1e9 * v / n_tok for k, v in acc.items()}
+    finally:
+        for m_, attr, fn in saved:
+            setattr(m_, attr, fn)
+    labels = list(dict.fromkeys(k for v in out.values() for k in v))
+    cols = list(out)
+    print("  " + f"{'stage':<34}" + "".join(f"{c:>22}" for c in cols))
+    for lab in labels:
+        print("  " + f"{lab:<34}" + "".join(f"{out[c].get(lab, 0.0):>22.0f}" for c in cols))
+    for phase in ("pass", "transform"):
+        a, b = out[f"{phase} threads=1"]["total"], out[f"{phase} threads=2"]["total"]
+        print(f"  {phase}: threads 2/1 = {a / b:.2f}x (one run, wall)")
+    cp = {t: critical_path(s, args.k_var, t) for t in (1, 2)}
+    print_critical_path(cp, s.n_tokens, n_test)
+    out["critical_path"] = cp
+    return out
+
+
+def print_critical_path(cp: dict, n_tokens: int, n_test: int) -> None:
+    c1, c2 = cp[1]["pass"], cp[2]["pass"]
+    print(f"  pass by CPU time (load-proof): threads=1 {1e9 * c1['cpu'] / n_tokens:.0f} ns/token; threads=2 serial "
+          f"{1e9 * c2['serial'] / n_tokens:.0f} + parallel makespan {1e9 * c2['parallel_makespan'] / n_tokens:.0f} "
+          f"= {1e9 * c2['idle_estimate'] / n_tokens:.0f} ns/token => {c1['cpu'] / c2['idle_estimate']:.2f}x on idle cores "
+          f"(serial share of threads=1: {c2['serial'] / c1['cpu']:.1%}); load {load()}", flush=True)
+    t1, t2 = cp[1]["transform"], cp[2]["transform"]
+    print(f"  transform by CPU time: threads=1 {1e9 * t1['cpu'] / n_test:.0f} ns/token; threads=2 "
+          f"{1e9 * t2['idle_estimate'] / n_test:.0f} on idle cores (first chunk's preparation "
+          f"{1e9 * t2['serial'] / n_test:.0f}) => {t1['cpu'] / t2['idle_estimate']:.2f}x", flush=True)
 
 
 def section_alias(args) -> dict:
@@ -258,7 +461,7 @@ def section_alias(args) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--section", choices=["variational", "threads", "alias", "all"], default="all")
+    ap.add_argument("--section", choices=["variational", "threads", "stages", "alias", "all"], default="all")
     ap.add_argument("--setting", default="20ng-df5,20ng-long4-df5", help="comma-separated corpora_prep SETTINGS")
     ap.add_argument("--n-train", type=int, default=None, help="first N training documents only")
     ap.add_argument("--n-test", type=int, default=3000, help="test documents scored (completion split)")
@@ -277,6 +480,8 @@ def main(argv=None) -> int:
         results["variational"] = {n: section_variational(args, n) for n in settings}
     if args.section in ("threads", "all"):
         results["threads"] = {n: section_threads(args, n) for n in settings}
+    if args.section in ("stages", "all"):
+        results["stages"] = {n: section_stages(args, n) for n in settings}
     if args.section in ("alias", "all"):
         results["alias"] = section_alias(args)
     results["load_after"] = load()

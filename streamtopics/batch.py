@@ -6,13 +6,13 @@ batch-local numbering (``uniq``/``local``) so kernels can work on a dense
 """
 from __future__ import annotations
 
-from itertools import chain
 from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
 
 from .text import Vocabulary
+from .word_index import first_sight
 
 
 @dataclass
@@ -81,10 +81,7 @@ def _pairs(token_lists: list[list[str]]):
     slightly on its batch-mates (as it always did here)."""
     D = len(token_lists)
     lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=D)
-    flat = list(chain.from_iterable(token_lists))
-    position = {w: i for i, w in enumerate(dict.fromkeys(flat))}
-    words = list(position)
-    pos = np.fromiter(map(position.__getitem__, flat), dtype=np.int64, count=len(flat))
+    words, pos = first_sight(token_lists, int(lengths.sum()))
     doc_of, pos, cnt = count_pairs(pos, lengths, len(words))
     return D, words, pos, cnt, doc_of
 
@@ -92,9 +89,8 @@ def _pairs(token_lists: list[list[str]]):
 @njit(cache=True, nogil=True)
 def count_pairs(pos, lengths, W):
     """Per document, its distinct word positions (ascending) and their counts: (document of each
-    pair, position, count), O(tokens) with one slot per word plus a sort of each document's
-    distinct positions (what ``np.unique`` of document * W + position gave, without sorting all
-    tokens)."""
+    pair, position, count), O(tokens + words) with one slot per word and two counting passes
+    (what ``np.unique`` of document * W + position gave, without sorting)."""
     n = pos.shape[0]
     slot = np.full(max(W, 1), -1, dtype=np.int64)
     doc_of = np.empty(n, dtype=np.int64)
@@ -116,11 +112,32 @@ def count_pairs(pos, lengths, W):
                 out_pos[e] = p
                 cnt[e] = 1.0
                 e += 1
-        if e - first > 1:
-            order = np.argsort(out_pos[first:e])  # positions are distinct within a document
-            out_pos[first:e] = out_pos[first:e][order]
-            cnt[first:e] = cnt[first:e][order]
-    return doc_of[:e], out_pos[:e], cnt[:e]
+    # Each document's pairs in ascending position: a stable counting sort of all pairs by
+    # position, then dealt back to their documents in that order (no comparison sort per document).
+    by_pos = np.zeros(max(W, 1) + 1, dtype=np.int64)
+    for i in range(e):
+        by_pos[out_pos[i] + 1] += 1
+    for p in range(max(W, 1)):
+        by_pos[p + 1] += by_pos[p]
+    order = np.empty(e, dtype=np.int64)
+    for i in range(e):
+        p = out_pos[i]
+        order[by_pos[p]] = i
+        by_pos[p] += 1
+    fill = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+    for i in range(e):
+        fill[doc_of[i] + 1] += 1
+    for d in range(lengths.shape[0]):
+        fill[d + 1] += fill[d]
+    pos_sorted = np.empty(e, dtype=np.int64)
+    cnt_sorted = np.empty(e, dtype=np.float64)
+    for q in range(e):
+        i = order[q]
+        f = fill[doc_of[i]]
+        pos_sorted[f] = out_pos[i]
+        cnt_sorted[f] = cnt[i]
+        fill[doc_of[i]] = f + 1
+    return doc_of[:e], pos_sorted, cnt_sorted
 
 
 def _assemble(D: int, ids: np.ndarray, pos: np.ndarray, cnt: np.ndarray, doc_of: np.ndarray,

@@ -41,13 +41,16 @@ def tokenize_docs(tokenizer, docs, start: int = 0) -> list[list[str]]:
     if isinstance(docs, (str, bytes)):
         raise TypeError("docs must be a sequence of documents (a list of str or of token lists), not one str")
     out = []
+    join = "".join  # raises TypeError unless every item is a str (or a subclass): one C pass
     for i, d in enumerate(docs, start):
         if isinstance(d, str):
             out.append(tokenizer(d))
         elif isinstance(d, (list, tuple)):
-            if not all(issubclass(t, str) for t in set(map(type, d))):
-                raise TypeError(f"document {i}: a token list must contain only str")
-            out.append(list(d))
+            try:
+                join(d)
+            except TypeError:
+                raise TypeError(f"document {i}: a token list must contain only str") from None
+            out.append(d if type(d) is list else list(d))  # read only from here on: no copy
         else:
             raise TypeError(f"document {i}: expected str or list[str], got {type(d).__name__}")
     return out

@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit
 
 from ._numeric import digamma
+from .parallel import split_weighted
 
 _RESCALE_BELOW = 1e-60
 
@@ -41,6 +42,32 @@ def expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, u0, u1):
         for k in range(K):
             m = mu[v, k]
             out[u, k] = (psi_common if m == common else digamma(beta + scale * m)) - psi_tot[k]
+
+
+@njit(cache=True, nogil=True)
+def scatter_rows(mu, word_ids, indptr, topics, values, factor, u0, u1):
+    """mu[v, k] += factor * S_kv for the rows u0..u1-1 (distinct words: ranges touch disjoint rows)."""
+    for u in range(u0, u1):
+        v = word_ids[u]
+        for p in range(indptr[u], indptr[u + 1]):
+            mu[v, topics[p]] += factor * values[p]
+
+
+@njit(cache=True, nogil=True)
+def add_totals(totals, topics, values, factor):
+    """totals[k] += factor * S_kv in entry order (the order ``_scatter_add`` adds them)."""
+    for p in range(topics.shape[0]):
+        totals[topics[p]] += factor * values[p]
+
+
+@njit(cache=True, nogil=True)
+def distinct_rows(word_ids, n_words):
+    seen = np.zeros(max(n_words, 1), dtype=np.uint8)
+    for v in word_ids:
+        if v < 0 or v >= n_words or seen[v]:
+            return False
+        seen[v] = 1
+    return True
 
 
 @njit(cache=True, nogil=True)
@@ -74,6 +101,9 @@ class ModelState:
         # Gamma(100, 1/100) initialisation it decays with the stochastic scale, and a word
         # that joins later starts where it would stand had it been there from the start.
         self.smoothing = 0.0
+        # the threads of the model's local step (the runner its last ``expected_log_phi`` call
+        # got): ``add_summary`` splits its rows over them too.  Never persisted.
+        self.runner = None
 
     # -- vocabulary growth --------------------------------------------------------------
     @property
@@ -124,16 +154,16 @@ class ModelState:
 
         ``runner`` (a ``parallel.ThreadRunner``) splits the rows over threads; the values are
         the same whatever the split."""
+        if runner is not None:
+            self.runner = runner
         psi_tot = _psi_vec(self.lam_totals())
         rows = np.asarray(rows, dtype=np.int64)
         if runner is None or runner.threads == 1 or rows.shape[0] < 64:
             return _expected_log_phi(self.mu, self.scale, self.beta, rows, psi_tot, self.smoothing)
-        from .parallel import split_weighted
-
         out = np.empty((rows.shape[0], self.n_topics))
         mu, scale, beta, common = self.mu, self.scale, self.beta, self.smoothing
         runner.run(lambda lo, hi: expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, lo, hi),
-                   split_weighted(np.arange(rows.shape[0] + 1), runner.chunks()))
+                   split_weighted(np.arange(rows.shape[0] + 1), runner.chunks(uneven=False)))
         return out
 
     def topic_word(self) -> np.ndarray:
@@ -143,9 +173,18 @@ class ModelState:
 
     # -- writes -----------------------------------------------------------------------
     def add_summary(self, summary, factor: float) -> None:
-        """mu += factor * S (factor may be negative: exact subtraction for memoized updates)."""
-        _scatter_add(self.mu, self.mu_totals, summary.word_ids, summary.indptr, summary.topics,
-                     summary.values, float(factor))
+        """mu += factor * S (factor may be negative: exact subtraction for memoized updates).
+
+        With the local step's threads (``self.runner``) the rows are split over them (each (v, k)
+        gets one addition, whichever thread makes it) and the topic totals are added in entry
+        order by one thread: the same floats as one thread's pass."""
+        runner, w = self.runner, summary.word_ids
+        if runner is None or runner.threads == 1 or w.shape[0] < 256 or not distinct_rows(w, self.mu.shape[0]):
+            _scatter_add(self.mu, self.mu_totals, w, summary.indptr, summary.topics, summary.values, float(factor))
+            return
+        mu, ptr, top, val, f = self.mu, summary.indptr, summary.topics, summary.values, float(factor)
+        runner.run(lambda u0, u1: scatter_rows(mu, w, ptr, top, val, f, u0, u1), split_weighted(ptr, runner.chunks(uneven=False)))
+        add_totals(self.mu_totals, top, val, f)
 
     def decay(self, keep: float) -> None:
         """lambda - beta <- keep * (lambda - beta), in O(1) via the scale."""

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
+from .parallel import split_weighted
+
 
 @dataclass
 class Summary:
@@ -110,10 +112,90 @@ def _summarize(local, cnt, top_idx, top_r, top_n, U, K):
     return indptr, topics[:pos].copy(), values[:pos].copy(), totals
 
 
-def summarize_sparse(batch, top_idx, top_r, top_n, n_topics: int) -> Summary:
-    """Aggregate per-entry top-L responsibilities into topic-word statistics (Eq. 7)."""
-    indptr, topics, values, totals = _summarize(
-        batch.local, batch.counts, top_idx, top_r, top_n, batch.uniq.shape[0], n_topics)
+@njit(cache=True, nogil=True)
+def summary_order(local, top_n, U, K):
+    """The entries grouped by word, in entry order within a word (``start``, ``order``), and
+    ``bound``: where each word's rows may start in a scratch buffer (a word has at most
+    min(K, sum of its entries' top_n) distinct topics)."""
+    nnz = local.shape[0]
+    start = np.zeros(U + 1, dtype=np.int64)
+    bound = np.zeros(U + 1, dtype=np.int64)
+    for j in range(nnz):
+        start[local[j] + 1] += 1
+        bound[local[j] + 1] += top_n[j]
+    for u in range(U):
+        start[u + 1] += start[u]
+        bound[u + 1] = bound[u] + min(bound[u + 1], K)
+    fill = start[:-1].copy()
+    order = np.empty(nnz, dtype=np.int64)
+    for j in range(nnz):
+        u = local[j]
+        order[fill[u]] = j
+        fill[u] += 1
+    return start, order, bound
+
+
+@njit(cache=True, nogil=True)
+def summary_words(u0, u1, start, order, cnt, top_idx, top_r, top_n, bound, K, tmp_topics, tmp_values, count):
+    """S_kv of words u0..u1-1 (Eq. 7) into the scratch rows from ``bound[u]``: topics in the order
+    the word's entries first give them, values summed in entry order (as ``_summarize``)."""
+    acc = np.zeros(K)
+    owner = np.full(K, -1, dtype=np.int64)
+    for u in range(u0, u1):
+        pos = bound[u]
+        for q in range(start[u], start[u + 1]):
+            j = order[q]
+            c = cnt[j]
+            for l in range(top_n[j]):
+                k = top_idx[j, l]
+                if owner[k] != u:
+                    owner[k] = u
+                    acc[k] = 0.0
+                    tmp_topics[pos] = k
+                    pos += 1
+                acc[k] += c * top_r[j, l]
+        for p in range(bound[u], pos):
+            tmp_values[p] = acc[tmp_topics[p]]
+        count[u] = pos - bound[u]
+
+
+@njit(cache=True, nogil=True)
+def summary_compact(bound, count, tmp_topics, tmp_values, K):
+    """The words' scratch rows packed into CSR, topic totals summed in row order (as ``_summarize``)."""
+    U = count.shape[0]
+    indptr = np.zeros(U + 1, dtype=np.int64)
+    for u in range(U):
+        indptr[u + 1] = indptr[u] + count[u]
+    topics = np.empty(indptr[U], dtype=np.int32)
+    values = np.empty(indptr[U])
+    totals = np.zeros(K)
+    for u in range(U):
+        p = indptr[u]
+        for i in range(bound[u], bound[u] + count[u]):
+            topics[p] = tmp_topics[i]
+            values[p] = tmp_values[i]
+            totals[tmp_topics[i]] += tmp_values[i]
+            p += 1
+    return indptr, topics, values, totals
+
+
+def summarize_sparse(batch, top_idx, top_r, top_n, n_topics: int, runner=None) -> Summary:
+    """Aggregate per-entry top-L responsibilities into topic-word statistics (Eq. 7).
+
+    ``runner`` (a ``parallel.ThreadRunner``) splits the words over threads; every word's row
+    and the topic totals are summed in the same order whatever the split, so the summary is
+    the same bit for bit."""
+    U = batch.uniq.shape[0]
+    if runner is None or runner.threads == 1 or U < 64:
+        indptr, topics, values, totals = _summarize(batch.local, batch.counts, top_idx, top_r, top_n, U, n_topics)
+    else:
+        start, order, bound = summary_order(batch.local, top_n, U, n_topics)
+        tmp_topics, tmp_values = np.empty(bound[U], dtype=np.int32), np.empty(bound[U])
+        count = np.empty(U, dtype=np.int64)
+        runner.run(lambda u0, u1: summary_words(u0, u1, start, order, batch.counts, top_idx, top_r, top_n, bound,
+                                                n_topics, tmp_topics, tmp_values, count),
+                   split_weighted(bound, runner.chunks(uneven=False)))
+        indptr, topics, values, totals = summary_compact(bound, count, tmp_topics, tmp_values, n_topics)
     return Summary(word_ids=batch.uniq.copy(), indptr=indptr, topics=topics, values=values, topic_totals=totals,
                    n_docs=batch.n_docs, n_tokens=float(batch.n_tokens))
 

@@ -17,6 +17,8 @@ from itertools import repeat
 
 import numpy as np
 
+from .word_index import FirstSeen, WordIndex
+
 # A compact English stop list (function words and mail boilerplate common in news text).
 ENGLISH_STOPWORDS = frozenset(
     """
@@ -132,6 +134,9 @@ class Vocabulary:
         self._words: list[str] = []
         self._counts = np.zeros(1024, dtype=np.float64)  # decayed counts, capacity doubles
         self.n_evicted = 0
+        # _index for numba (``ids`` of a batch's ``FirstSeen`` words without a dict lookup each);
+        # built on first use, extended with every new word, dropped when ids are reused or removed
+        self._fast: WordIndex | None = None
 
     def __len__(self) -> int:
         return len(self._words)
@@ -152,6 +157,10 @@ class Vocabulary:
 
     def ids(self, words: Sequence[str]) -> np.ndarray:
         """Ids of known words, -1 for unknown ones; never grows."""
+        if isinstance(words, FirstSeen) and self.policy != "evict":  # (evicting reuses ids: dict only)
+            if self._fast is None:
+                self._fast = WordIndex(self._words)
+            return self._fast.lookup(words)
         return np.fromiter(map(self._index.get, words, repeat(-1)), dtype=np.int64, count=len(words))
 
     def add_batch(self, words: Sequence[str], counts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -174,7 +183,8 @@ class Vocabulary:
             room = new_pos.size if self.cap is None else max(self.cap - len(self._words), 0)
             take = new_pos[:room]
             if take.size:
-                ids[take] = self._extend([words[p] for p in take])
+                new = words.pick(take) if isinstance(words, FirstSeen) else [words[p] for p in take]
+                ids[take] = self._extend(new)
             rest = new_pos[room:]
             if rest.size and self.policy == "evict":
                 evicted = self._evict_for(words, ids, rest)
@@ -197,6 +207,8 @@ class Vocabulary:
             self._counts = grown
         self._words.extend(new)
         self._index.update(zip(new, range(start, end)))
+        if self._fast is not None:
+            self._fast.extend(new)
         self._counts[start:end] = 0.0
         return np.arange(start, end, dtype=np.int64)
 
@@ -209,6 +221,7 @@ class Vocabulary:
             return np.empty(0, dtype=np.int64)
         victims = np.argpartition(counts, n - 1)[:n] if n < counts.size else np.arange(counts.size)
         victims = victims[np.isfinite(counts[victims])][:n]
+        self._fast = None
         for p, v in zip(positions[: victims.size], victims):
             del self._index[self._words[v]]
             self._words[v] = words[p]
@@ -234,6 +247,7 @@ class Vocabulary:
             return False
         for w in self._words[n:]:
             del self._index[w]
+        self._fast = None
         del self._words[n:]
         self._counts[n:] = 0.0
         self._counts[:n] = counts
