@@ -511,15 +511,6 @@ def batch_outputs(D, nnz, K, Lc, Ly, sup):
             np.zeros(D), np.zeros(D), np.zeros(D), np.zeros((D if sup else 0, Ly)), np.zeros((D if sup else 0, Ly)))
 
 
-def zeroed_outputs(D, nnz, K, Lc, Ly, sup):
-    """``batch_outputs`` allocated by numpy: its zeros come from fresh zero pages (calloc), so the
-    ~4 MB of per-entry outputs are not cleared by the calling thread before the threads start
-    (0.74 ms of serial time per 20NG batch); pages are faulted in by the threads that fill them."""
-    return (np.zeros((D, K)), np.zeros((nnz, Lc), dtype=np.int32), np.zeros((nnz, Lc)), np.zeros((nnz, Lc)),
-            np.zeros(nnz, dtype=np.int32), np.zeros(D, dtype=np.int32), np.zeros(D, dtype=np.int32),
-            np.zeros(D), np.zeros(D), np.zeros(D), np.zeros((D if sup else 0, Ly)), np.zeros((D if sup else 0, Ly)))
-
-
 @njit(cache=True, nogil=True)
 def lsparse_docs(d0, d1, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol, eps,
                  restart_trials, restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps, sup_damp,
@@ -711,7 +702,10 @@ def run_lsparse(runner, C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, rest
     eC = np.empty((U, K))
     runner.run(lambda lo, hi: word_top_rows(C, Lc, init_idx, init_val, cmax, eC, lo, hi),
                split_weighted(np.arange(U + 1), runner.chunks()))
-    outs = zeroed_outputs(D, loc.shape[0], K, Lc, E.shape[0], sup)
+    # batch_outputs run by numpy (its py_func): the zeros come from fresh zero pages (calloc), so the
+    # ~4 MB of per-entry outputs are not cleared by the calling thread before the threads start
+    # (0.74 ms of serial time per 20NG batch); the threads that fill the pages fault them in.
+    outs = batch_outputs.py_func(D, loc.shape[0], K, Lc, E.shape[0], sup)
     counts = runner.run(lambda d0, d1: lsparse_docs(d0, d1, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc,
                                                     max_iter, tol, eps, restart_trials, restart_iters, sup, E, V, Y,
                                                     M, loss, c, ell, sup_eps, sup_damp, *outs),
