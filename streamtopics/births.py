@@ -122,7 +122,7 @@ def propose_births(state, updater, batch, summary: Summary, rng: np.random.Gener
     n_near = max(1, int(round(B / K)))
     if after.min() >= per_token * float(np.sort(lengths)[-n_near:].sum()):
         return []  # no seed could outweigh the smallest topic (the common case once rho_t is small)
-    counts = batch.counts.astype(np.float64)
+    counts = np.asarray(batch.counts, dtype=np.float64)  # float64 already: no copy
     local = batch.local.astype(np.int64)
     cos = _doc_topic_cosine(batch.doc_ptr, local, counts, batch.uniq, state.mu, state.scale, state.beta)
     dist = np.maximum(1.0 - cos, 0.0)
