@@ -56,6 +56,7 @@ from streamtopics.daemon import Daemon  # noqa: E402
 from streamtopics.service.hooks import Hooks  # noqa: E402
 from streamtopics.logs import setup_logging  # noqa: E402
 from streamtopics.testing.broker import EmbeddedBroker, create_topics  # noqa: E402
+from daemon_probe import StageClock, thread_cpu, thread_cpu_delta  # noqa: E402
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -106,19 +107,32 @@ class LoopCpu:
             self.cpu1 = time.thread_time()
 
 
-def run_daemon_until(cfg: Config, done, timeout_s: float = 600):
+def run_daemon_until(cfg: Config, done, timeout_s: float = 600, clock: StageClock | None = None):
+    """Run a daemon until ``done(d)``. ``clock``: also book the wall and CPU time between its
+    hook points per thread, and every thread's CPU from the first batch on (``d.thread_cpu``)."""
     hooks = Hooks.default()
     cpu = LoopCpu()
     hooks.add(cpu)
+    start: dict = {}
+    if clock is not None:
+        def first_batch(point: str) -> None:
+            if point == "batch_received" and not start:
+                start.update(thread_cpu())
+                clock.active = True
+        hooks.add(first_batch)
+        hooks.add(clock)
     d = Daemon(cfg, hooks=hooks)
     d.loop_cpu = cpu
-    t = threading.Thread(target=d.run, daemon=True)
+    t = threading.Thread(target=d.run, daemon=True, name="daemon-loop")
     t.start()
     d.wait_started(60)
     deadline = time.monotonic() + timeout_s
     try:
         while not done(d) and time.monotonic() < deadline:
             time.sleep(0.01)
+        if clock is not None:
+            clock.active = False
+            d.thread_cpu = thread_cpu_delta(start, thread_cpu())
     finally:
         d.stop()
         t.join(120)
@@ -221,6 +235,37 @@ def threads_scaling(broker, corpus, args) -> dict:
     return {"documents": n, "rounds": rounds, "ratio_median": round(float(np.median([x["ratio"] for x in rounds])), 3)}
 
 
+def profile(broker, corpus, args) -> dict:
+    """Where the daemon's time goes at threads 1 and 2: each thread's CPU from the first batch to
+    the last, and per thread the wall and CPU time between consecutive hook points."""
+    topics = {"input": "pr-in", "output": "pr-out", "dead_letter": "pr-dlq"}
+    create_topics(broker.bootstrap, {v: 1 for v in topics.values()})
+    extra = {"n_topics": args.topics} if args.topics else {}
+    cfg = config(broker.bootstrap, mkdtemp(prefix="bench-snaps-"), topics, model=extra)
+    corpus = corpus[: len(corpus) - len(corpus) % cfg.batch.max_docs]
+    n = len(corpus)
+    warm_up(cfg, [d.text for d in corpus])
+    produce_all(broker.bootstrap, topics["input"], corpus)
+    out = {}
+    for threads in (1, 2):
+        cfg = config(broker.bootstrap, mkdtemp(prefix="bench-snaps-"), topics, model={**extra, "threads": threads})
+        clock = StageClock()
+        d = run_daemon_until(cfg, lambda d: d.status().get("offsets", {}).get("pr-in:0", 0) >= n, clock=clock)
+        st = d.status()
+        wall = st["last_batch_at"] - st["first_batch_at"]
+        cpu = {k: round(v, 3) for k, v in sorted(d.thread_cpu.items(), key=lambda x: -x[1])}
+        out[threads] = {"docs_per_s": round(n / wall, 1), "seconds": round(wall, 3), "thread_cpu": cpu,
+                        "cpu_total": round(sum(cpu.values()), 3), "load_average": round(os.getloadavg()[0], 2),
+                        "segments": {f"{t} {seg}": [round(clock.wall[(t, seg)], 3), round(clock.cpu[(t, seg)], 3)]
+                                     for t, seg in clock.wall}}
+        print(f"  threads={threads}: {n / wall:,.0f} docs/s, {wall:.2f} s wall, CPU {sum(cpu.values()):.2f} s "
+              f"(load {os.getloadavg()[0]:.2f})")
+        for name, v in cpu.items():
+            print(f"    cpu {name:30s} {v:6.2f} s")
+        print("\n".join(clock.table()))
+    return out
+
+
 class _Recorder:
     """Stands in for the end-to-end histogram: keeps every observation, forwards to the real one."""
 
@@ -282,6 +327,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3, help="throughput runs (daemon and library alternate)")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--threads-scaling", action="store_true", help="also the daemon at threads 1 vs 2")
+    ap.add_argument("--profile", action="store_true",
+                    help="only: each thread's CPU and the time between hook points, at threads 1 and 2")
     args = ap.parse_args()
     if args.quick:
         args.docs = args.docs or 3072
@@ -291,6 +338,11 @@ def main() -> int:
     corpus = corpus[: args.docs]
     results = {"corpus": name, "cores": os.cpu_count()}
     with EmbeddedBroker() as broker:
+        if args.profile:
+            results["profile"] = profile(broker, corpus, args)
+            RESULTS.mkdir(exist_ok=True)
+            (RESULTS / "daemon_profile.json").write_text(json.dumps(results, indent=2))
+            return 0
         tp = throughput(broker, corpus, args)
         results["throughput"] = tp
         print(f"\nthroughput ({name}, {tp['documents']:,} documents, K={tp['n_topics']}, "

@@ -18,6 +18,7 @@ from itertools import repeat
 import numpy as np
 
 from .word_index import FirstSeen, WordIndex
+from .word_scan import StopSet, letter_table, words_of
 
 # A compact English stop list (function words and mail boilerplate common in news text).
 ENGLISH_STOPWORDS = frozenset(
@@ -103,11 +104,23 @@ class Tokenizer:
             raise ValueError(f"stopwords must be 'english', 'none' or a collection of words (got {stopwords!r})")
         else:
             self.stopwords = frozenset(w.lower() for w in stopwords)
+        self._fast = None  # (stopwords, min_len, max_len, letter table, StopSet) of the fast scan
 
     def __call__(self, text: str) -> list[str]:
         lo, hi, stop = self.min_len, self.max_len, self.stopwords
         if self.segmentation == "cjk_bigrams":
             return _cjk_tokens(text.lower(), lo, hi, stop)
+        # the words of ``_WORD.findall(text.lower())`` in the window and not stopwords, found by a
+        # GIL-free scan of the code points (word_scan.py: the same strings, ~10x faster)
+        fast = self._fast
+        if fast is None or fast[0] is not stop or fast[1] != lo or fast[2] != hi:
+            table = letter_table(_WORD)
+            fast = self._fast = (stop, lo, hi, table, StopSet(stop, table, lo, hi))
+        return words_of(text.lower(), fast[3], lo, hi, fast[4])
+
+    def regex_tokens(self, text: str) -> list[str]:
+        """The ``whitespace`` tokens by the regular expression (what ``__call__`` must equal)."""
+        lo, hi, stop = self.min_len, self.max_len, self.stopwords
         return [w for w in _WORD.findall(text.lower()) if lo <= len(w) <= hi and w not in stop]
 
     def config(self) -> dict:
