@@ -329,7 +329,11 @@ def main() -> int:
     ap.add_argument("--threads-scaling", action="store_true", help="also the daemon at threads 1 vs 2")
     ap.add_argument("--profile", action="store_true",
                     help="only: each thread's CPU and the time between hook points, at threads 1 and 2")
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="sys.setswitchinterval for the run (experiments on GIL hand-over; default 0.005)")
     args = ap.parse_args()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     if args.quick:
         args.docs = args.docs or 3072
         args.seconds = min(args.seconds, 10.0)

@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from ..stream.codec import DeadLetter, encode_dead_letter, encode_prediction, prediction_key
+from ..stream.codec import DeadLetter, encode_dead_letter, encode_predictions, prediction_key
 from ..stream.producer import OutMessage
 
-__all__ = ["BatchMeta", "PredictionEncoder", "label_fields", "top_topics", "MIN_TOPIC_PROB", "TOP_TOPICS"]
+__all__ = ["BatchMeta", "PredictionEncoder", "label_fields", "message_topics", "top_topics", "MIN_TOPIC_PROB",
+           "TOP_TOPICS"]
 
 TOP_TOPICS = 10          # at most this many [topic, proportion] pairs per prediction ...
 MIN_TOPIC_PROB = 0.01    # ... each at least this large (the largest one is always kept)
@@ -63,11 +64,10 @@ class PredictionEncoder:
                                   key=dl.key, headers=dl.headers))
         if theta is not None:
             extras = label_fields(sup, len(ids), label_names or [])
-            for doc_id, row, extra in zip(ids, top_topics(theta), extras):
-                out.append(OutMessage(self.output_topic,
-                                      encode_prediction(doc_id, row, model_version=version, ts=now,
-                                                        replica=self.replica, **extra),
-                                      key=prediction_key(doc_id)))
+            values = encode_predictions(ids, message_topics(theta), extras, model_version=version, ts=now,
+                                        replica=self.replica)
+            topic = self.output_topic
+            out.extend([OutMessage(topic, v, key=prediction_key(i)) for i, v in zip(ids, values)])
         return out
 
 
@@ -93,17 +93,42 @@ def label_fields(sup: tuple | None, n: int, names: list) -> list[dict]:
     return out
 
 
-def top_topics(theta: np.ndarray) -> list[list[tuple[int, float]]]:
-    """Per row: up to TOP_TOPICS (topic, proportion) pairs >= MIN_TOPIC_PROB, largest first (always >= 1)."""
+def _top_sorted(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per row the TOP_TOPICS largest (topic, proportion), proportion descending (ties in
+    ``argpartition``'s order), and how many that is."""
     n, k = theta.shape
     top = min(TOP_TOPICS, k)
     idx = np.argpartition(-theta, top - 1, axis=1)[:, :top] if top < k else np.tile(np.arange(k), (n, 1))
     vals = np.take_along_axis(theta, idx, axis=1)
     order = np.argsort(-vals, axis=1, kind="stable")
-    idx = np.take_along_axis(idx, order, axis=1)
-    vals = np.take_along_axis(vals, order, axis=1)
+    return np.take_along_axis(idx, order, axis=1), np.take_along_axis(vals, order, axis=1), top
+
+
+def message_topics(theta: np.ndarray) -> list[list[list]]:
+    """``top_topics`` as the prediction message holds them: ``[topic, proportion]`` lists, proportion
+    descending and ties by topic index (what ``codec.encode_prediction`` makes of ``top_topics``),
+    with one sort for the whole batch instead of one per document."""
+    idx, vals, top = _top_sorted(theta)
+    n = theta.shape[0]
+    if n == 0:
+        return []
+    kept = np.maximum(1, (vals >= MIN_TOPIC_PROB).sum(axis=1))  # the kept pairs: a prefix of that order
+    # Every pair at or above MIN_TOPIC_PROB is kept and every other one is below it, so ordering the
+    # row by (-proportion, topic) keeps the kept ones in front. A row that keeps only its first pair
+    # keeps it as ``top_topics`` picks it (among equal largest proportions: argpartition's first).
+    order = np.lexsort((idx, -vals), axis=1)
+    idx2, vals2 = np.take_along_axis(idx, order, axis=1), np.take_along_axis(vals, order, axis=1)
+    one = kept == 1
+    idx2[one, 0], vals2[one, 0] = idx[one, 0], vals[one, 0]
+    ks, ps, cut = idx2.tolist(), vals2.tolist(), kept.tolist()
+    return [[[k, p] for k, p in zip(kr[:c], pr[:c])] for kr, pr, c in zip(ks, ps, cut)]
+
+
+def top_topics(theta: np.ndarray) -> list[list[tuple[int, float]]]:
+    """Per row: up to TOP_TOPICS (topic, proportion) pairs >= MIN_TOPIC_PROB, largest first (always >= 1)."""
+    idx, vals, top = _top_sorted(theta)
     out = []
-    for r in range(n):
+    for r in range(theta.shape[0]):
         row = [(int(idx[r, j]), float(vals[r, j])) for j in range(top) if j == 0 or vals[r, j] >= MIN_TOPIC_PROB]
         out.append(row)
     return out

@@ -132,6 +132,7 @@ __all__ = [
     "encode_document",
     "encode_documents",
     "encode_prediction",
+    "encode_predictions",
     "fill_record_meta",
     "is_array_message",
     "looks_like_json",
@@ -718,6 +719,35 @@ def encode_prediction(
         m["replica"] = str(replica)
     m["ts"] = float(ts)
     return msgpack.packb(m, use_bin_type=True)
+
+
+def encode_predictions(ids: list, topics: list[list[list]], extras: list[dict], *, model_version: int, ts: float,
+                       replica: str | None = None) -> list[bytes]:
+    """``encode_prediction`` of a whole batch, the same bytes: ``topics[i]`` holds document i's
+    ``[topic, proportion]`` pairs already as int/float lists in message order (proportion
+    descending, ties by topic index); ``extras[i]`` its ``label``/``labels``/``scores``/``response``
+    (``predictions.label_fields``). The per-batch fields are converted once."""
+    version, ts = int(model_version), float(ts)
+    rep = None if replica is None else str(replica)
+    pack = msgpack.Packer(use_bin_type=True).pack
+    out = []
+    for doc_id, pairs, extra in zip(ids, topics, extras):
+        m: dict[str, Any] = {"id": doc_id if type(doc_id) is str else _norm_id(doc_id), "topics": pairs}
+        if extra:
+            if extra.get("label") is not None:
+                m["label"] = str(extra["label"])
+            if extra.get("labels") is not None:
+                m["labels"] = [str(x) for x in extra["labels"]]
+            if extra.get("scores") is not None:
+                m["scores"] = {str(k): float(v) for k, v in extra["scores"].items()}
+            if extra.get("response") is not None:
+                m["response"] = float(extra["response"])
+        m["model_version"] = version
+        if rep is not None:
+            m["replica"] = rep
+        m["ts"] = ts
+        out.append(pack(m))
+    return out
 
 
 def decode_prediction(raw: bytes) -> dict[str, Any]:

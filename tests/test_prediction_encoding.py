@@ -1,0 +1,57 @@
+"""The batch encoder of predictions gives the bytes of encoding one prediction at a time."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamtopics.service.predictions import PredictionEncoder, label_fields, top_topics
+from streamtopics.stream.codec import decode_prediction, encode_prediction, prediction_key
+
+
+def _one_by_one(ids, theta, version, ts, sup, names, replica):
+    extras = label_fields(sup, len(ids), names)
+    return [encode_prediction(i, row, model_version=version, ts=ts, replica=replica, **extra)
+            for i, row, extra in zip(ids, top_topics(theta), extras)]
+
+
+def _thetas(rng):
+    yield rng.dirichlet(np.full(100, 0.05), size=64)
+    yield rng.dirichlet(np.full(7, 1.0), size=5)                      # K below TOP_TOPICS
+    yield np.full((3, 300), 1 / 300)                                  # every proportion tied, all below the floor
+    t = np.full((4, 50), 0.5 / 40)
+    t[:, :10] = 0.05                                                 # ten tied at the top, the rest tied below
+    yield t
+    t = rng.dirichlet(np.full(20, 0.3), size=16)
+    t[:, 3] = t[:, 7] = t[:, 11] = t.max(axis=1)                      # ties with the largest proportion
+    yield t / t.sum(axis=1, keepdims=True)
+    t = np.zeros((2, 30))
+    t[:, 5] = 1.0                                                     # one topic, exact zeros elsewhere
+    yield t
+    yield np.empty((0, 10))
+
+
+@pytest.mark.parametrize("replica", [None, "r-1"])
+def test_batch_encoding_is_byte_identical(replica):
+    rng = np.random.default_rng(3)
+    enc = PredictionEncoder("out", "dlq", 1 << 20, replica=replica)
+    for theta in _thetas(rng):
+        n = theta.shape[0]
+        ids = [f"d{i}" if i % 3 else i for i in range(n)]
+        msgs = enc.encode([], ids, theta, 41, 1.7e9 + 0.25, None, [])
+        assert [m.value for m in msgs] == _one_by_one(ids, theta, 41, 1.7e9 + 0.25, None, [], replica)
+        assert [m.key for m in msgs] == [prediction_key(i) for i in ids]
+        for m in msgs:
+            pairs = decode_prediction(m.value)["topics"]
+            assert pairs == sorted(pairs, key=lambda kp: (-kp[1], kp[0])) and len(pairs) >= 1
+
+
+def test_batch_encoding_with_supervised_fields_is_byte_identical():
+    rng = np.random.default_rng(5)
+    theta = rng.dirichlet(np.full(12, 0.2), size=6)
+    ids = [np.int64(7), "a", "b", 3, "c", "d"]
+    scores = rng.random((6, 2))
+    cases = [(scores, ["pos", "neg", "pos", None, "neg", "pos"]), (None, [1.5, 2, None, -0.5, 0.0, 3.25]),
+             (scores, [["pos"], ("neg", "pos"), [], None, ["neg"], ["pos"]])]
+    for sup in cases:
+        msgs = PredictionEncoder("out", "dlq", 1 << 20).encode([], ids, theta, 2, 5.0, sup, ["pos", "neg"])
+        assert [m.value for m in msgs] == _one_by_one(ids, theta, 2, 5.0, sup, ["pos", "neg"], None)
