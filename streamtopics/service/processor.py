@@ -228,8 +228,10 @@ class BatchProcessor:
         batch = res.batch = model.prepare([t for t in tokens if t], grow=True)
         stages["decode"] += time.perf_counter() - t0
         self._point("prepared")
+        # The next records arrive while the kernels run. Polled before the flag is set: the poll
+        # is GIL-bound Python, and the helper threads the flag wakes would make it wait for the GIL.
+        self._prefetch()
         self._gil_free(True)
-        self._prefetch()  # the next records arrive while the kernels run
         self._point("learn")
         labels = None if targets is None else [targets[i] for i in res.keep]
         local = model.process(batch, learn=True, batch_key=batch_key, labels=labels)
