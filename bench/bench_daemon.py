@@ -266,6 +266,55 @@ def profile(broker, corpus, args) -> dict:
     return out
 
 
+def gil_probe(corpus, args, rounds: int = 3) -> dict:
+    """What a GIL-holding Python thread costs the model's threads: 30 batches learned at
+    ``threads = 2`` alone, beside a thread that runs ~6 ms of pure Python every 30 ms (the
+    publisher's sends, the read-ahead's decoding) holding the GIL throughout, and beside the same
+    thread releasing it every 0.75 ms (``time.sleep(0)``, as the publisher does every
+    ``producer.YIELD_EVERY`` messages). Paired rounds, wall seconds."""
+    base = config("127.0.0.1:9", mkdtemp(prefix="bench-snaps-"), {}, model={"threads": 2})
+    texts = [d.text for d in corpus]
+    tok = model_from_config(base.model)
+    batches = [tok.tokenize(texts[i:i + 256]) for i in range(0, min(len(texts), 30 * 256), 256)]
+    stop = threading.Event()
+
+    def python_bursts(release: bool) -> None:
+        while not stop.is_set():
+            for _ in range(8):
+                x = 0
+                for i in range(8000):
+                    x += i * i % 7
+                if release:
+                    time.sleep(0)
+            time.sleep(0.024)
+
+    def one(mode: str) -> float:
+        m = model_from_config(base.model)
+        stop.clear()
+        th = threading.Thread(target=python_bursts, args=(mode == "releasing",)) if mode != "alone" else None
+        if th is not None:
+            th.start()
+        t0 = time.perf_counter()
+        for i, toks in enumerate(batches):
+            m.process(m.prepare(toks, grow=True), learn=True, batch_key=str(i))
+        dt = time.perf_counter() - t0
+        stop.set()
+        if th is not None:
+            th.join()
+        return dt
+
+    one("alone")
+    out = []
+    for r in range(rounds):
+        row = {mode: round(one(mode), 3) for mode in ("alone", "holding", "releasing")}
+        row["load_average"] = round(os.getloadavg()[0], 2)
+        out.append(row)
+        print(f"  round {r + 1}: alone {row['alone']:.2f} s, beside a GIL-holding thread {row['holding']:.2f} s "
+              f"({row['holding'] / row['alone'] - 1:+.1%}), beside a releasing one {row['releasing']:.2f} s "
+              f"({row['releasing'] / row['alone'] - 1:+.1%})  (load {row['load_average']:.2f})", flush=True)
+    return {"rounds": out}
+
+
 class _Recorder:
     """Stands in for the end-to-end histogram: keeps every observation, forwards to the real one."""
 
@@ -329,6 +378,8 @@ def main() -> int:
     ap.add_argument("--threads-scaling", action="store_true", help="also the daemon at threads 1 vs 2")
     ap.add_argument("--profile", action="store_true",
                     help="only: each thread's CPU and the time between hook points, at threads 1 and 2")
+    ap.add_argument("--gil-probe", action="store_true",
+                    help="only: threads=2 learning beside a GIL-holding vs a GIL-releasing Python thread")
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval for the run (experiments on GIL hand-over; default 0.005)")
     args = ap.parse_args()
@@ -341,6 +392,11 @@ def main() -> int:
     name, corpus = load_default_corpus("train")
     corpus = corpus[: args.docs]
     results = {"corpus": name, "cores": os.cpu_count()}
+    if args.gil_probe:
+        results["gil_probe"] = gil_probe(corpus, args)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "daemon_gil_probe.json").write_text(json.dumps(results, indent=2))
+        return 0
     with EmbeddedBroker() as broker:
         if args.profile:
             results["profile"] = profile(broker, corpus, args)
