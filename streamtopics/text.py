@@ -104,7 +104,7 @@ class Tokenizer:
             raise ValueError(f"stopwords must be 'english', 'none' or a collection of words (got {stopwords!r})")
         else:
             self.stopwords = frozenset(w.lower() for w in stopwords)
-        self._fast = None  # (stopwords, min_len, max_len, letter table, StopSet) of the fast scan
+        self._fast = None  # (stopwords, min_len, max_len, StopSet) of the fast scan
 
     def __call__(self, text: str) -> list[str]:
         lo, hi, stop = self.min_len, self.max_len, self.stopwords
@@ -112,11 +112,11 @@ class Tokenizer:
             return _cjk_tokens(text.lower(), lo, hi, stop)
         # the words of ``_WORD.findall(text.lower())`` in the window and not stopwords, found by a
         # GIL-free scan of the code points (word_scan.py: the same strings, ~10x faster)
+        table = letter_table(_WORD)  # one per process, not copied with the tokenizer
         fast = self._fast
         if fast is None or fast[0] is not stop or fast[1] != lo or fast[2] != hi:
-            table = letter_table(_WORD)
-            fast = self._fast = (stop, lo, hi, table, StopSet(stop, table, lo, hi))
-        return words_of(text.lower(), fast[3], lo, hi, fast[4])
+            fast = self._fast = (stop, lo, hi, StopSet(stop, table, lo, hi))
+        return words_of(text.lower(), table, lo, hi, fast[3])
 
     def regex_tokens(self, text: str) -> list[str]:
         """The ``whitespace`` tokens by the regular expression (what ``__call__`` must equal)."""

@@ -38,6 +38,8 @@ def letter_table(word: re.Pattern) -> np.ndarray:
     """uint8 per code point 0..0x10FFFF: 1 where ``word`` (a class of single characters followed
     by ``+``) matches the character.  Built once per process (~0.1 s) from the pattern itself."""
     global _TABLE
+    if _TABLE is not None:
+        return _TABLE
     with _TABLE_LOCK:
         if _TABLE is None:
             table = np.zeros(0x110000, dtype=np.uint8)
