@@ -20,6 +20,11 @@
 3. Threads (``--threads-scaling``): the daemon's sustained docs/s with ``[model] threads = 1``
    and ``= 2`` on the same produced topic, alternating rounds (a new group each), the ratio of
    each round's pair and their median (issue 18's target: >= 1.7x on two cores).
+4. Where the time goes (``--profile``, only this): at threads 1 and 2, every thread's CPU from
+   the first batch to the last, and per thread the wall and CPU time between the daemon's hook
+   points (wall minus CPU: waiting for the GIL, the other core, I/O). ``--gil-probe`` (only
+   this): what a GIL-holding Python thread costs the model's threads (docs/architecture.md,
+   "Threads: where the daemon's time goes").
 
 numba kernels are compiled (or loaded from cache) before anything is timed.
 """
