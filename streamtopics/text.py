@@ -113,7 +113,7 @@ class Tokenizer:
         # the words of ``_WORD.findall(text.lower())`` in the window and not stopwords, found by a
         # GIL-free scan of the code points (word_scan.py: the same strings, ~10x faster)
         table = letter_table(_WORD)  # one per process, not copied with the tokenizer
-        fast = self._fast
+        fast = getattr(self, "_fast", None)  # (absent on a tokenizer made without __init__)
         if fast is None or fast[0] is not stop or fast[1] != lo or fast[2] != hi:
             fast = self._fast = (stop, lo, hi, StopSet(stop, table, lo, hi))
         return words_of(text.lower(), table, lo, hi, fast[3])
