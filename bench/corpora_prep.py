@@ -97,6 +97,18 @@ def reuters_r8_tokens(min_df: int = 5, seed: int = 0):
     return _finish(a, b, [d.label for d in tr], [d.label for d in te])
 
 
+def twenty_news_head(n_tokens: int = 50, min_df: int = 5, seed: int = 0):
+    """Short documents that are not titles: the first ``n_tokens`` tokens of each 20NG document."""
+    train, test, ytr, yte = twenty_news_tokens(min_df, seed)
+    return _finish([d[:n_tokens] for d in train], [d[:n_tokens] for d in test], ytr, yte)
+
+
+def reuters_r8_package_tokenizer(seed: int = 0):
+    tr, te = load_reuters_r8("train", seed=seed), load_reuters_r8("test", seed=seed)
+    tok = Tokenizer()
+    return _finish([tok(d.text) for d in tr], [tok(d.text) for d in te], [d.label for d in tr], [d.label for d in te])
+
+
 SETTINGS = {
     "20ng-package": twenty_news_package_tokenizer,
     "20ng-df5": twenty_news_tokens,
@@ -104,6 +116,12 @@ SETTINGS = {
     "20ng-long4-df5": twenty_news_long,  # the name bench_speed.py uses
     "r8-df5": reuters_r8_tokens,
     "20ng-subjects": twenty_news_subjects,
+    # Validation settings: preprocessing the defaults were never developed on (no df cut, a heavy
+    # df cut, documents cut to their first 50 tokens, R8 through the package's tokenizer).
+    "20ng-nodf": lambda seed=0: twenty_news_tokens(min_df=1, seed=seed),
+    "20ng-df20": lambda seed=0: twenty_news_tokens(min_df=20, seed=seed),
+    "20ng-head50": twenty_news_head,
+    "r8-package": reuters_r8_package_tokenizer,
 }
 
 

@@ -8,6 +8,7 @@ threads or on which thread ran which range.
 """
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from threading import Lock
@@ -16,11 +17,75 @@ import numpy as np
 
 
 def available_cores() -> int:
-    """Cores this process may run on (its CPU affinity), at least 1."""
+    """Cores this process may use, at least 1: its CPU affinity, capped by the CPU bandwidth limit
+    of its cgroup (a container's ``--cpus``, Kubernetes' CPU limit, systemd's ``CPUQuota=``),
+    rounded up.  Without the cap, a pod limited to 2 CPUs on a 64-core node would start 64
+    threads, and each parallel phase would wait for threads the quota has descheduled."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    limit = cgroup_cpu_limit()
+    if limit is not None:
+        cores = min(cores, math.ceil(limit))
+    return max(1, cores)
+
+
+def cgroup_cpu_limit(root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup") -> float | None:
+    """The CPU bandwidth limit (in cores, quota / period) of this process's cgroup: the tightest
+    limit on the path from its own cgroup up to the root, cgroup v2 (``cpu.max``) or v1
+    (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``).  None when there is none or it cannot be read
+    (not Linux, no cgroup file system)."""
+    try:
+        with open(proc_cgroup) as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    best = None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hid, controllers, path = parts
+        if hid == "0" and controllers == "":  # v2, unified hierarchy
+            dirs = [root]
+        elif "cpu" in controllers.split(","):  # v1, the cpu controller's hierarchy
+            dirs = [os.path.join(root, controllers), os.path.join(root, "cpu")]
+        else:
+            continue
+        for base in dirs:
+            for level in _cgroup_levels(base, path):
+                q = _cpu_quota(level)
+                if q is not None and (best is None or q < best):
+                    best = q
+    return best
+
+
+def _cgroup_levels(base: str, path: str) -> list[str]:
+    """``base/path`` and every ancestor up to ``base`` (inside a container's cgroup namespace the
+    path is "/", and the limit is at ``base`` itself)."""
+    parts = [p for p in path.strip().split("/") if p and p != ".."]
+    return [os.path.join(base, *parts[:i]) for i in range(len(parts), -1, -1)]
+
+
+def _cpu_quota(directory: str) -> float | None:
+    try:
+        with open(os.path.join(directory, "cpu.max")) as fh:  # v2: "<quota|max> <period>"
+            fields = fh.read().split()
+        quota, period = fields[0], fields[1] if len(fields) > 1 else "100000"
+    except (OSError, IndexError):
+        try:
+            with open(os.path.join(directory, "cpu.cfs_quota_us")) as fh:  # v1: -1 = no limit
+                quota = fh.read().strip()
+            with open(os.path.join(directory, "cpu.cfs_period_us")) as fh:
+                period = fh.read().strip()
+        except OSError:
+            return None
+    try:
+        q, p = int(quota), int(period)
+    except ValueError:  # "max": no limit at this level
+        return None
+    return q / p if q > 0 and p > 0 else None
 
 
 def resolve_threads(threads) -> int:

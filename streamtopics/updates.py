@@ -5,17 +5,23 @@
   D_t is the effective corpus size.  ``corpus_size=None`` (the default) needs no knowledge
   of the stream and does not depend on K (docs/defaults.md derives it):
 
-      D_t = max(n_t, c H(V_t) V_t / Lbar_t),   c = RARE_WORD_COUNTS = 20, H(V) = ln V + 0.5772
+      D_t = max(n_t, min(c H(V_t) V_t / Lbar_t, (c/2) |B| / rho_t)),
+      c = RARE_WORD_COUNTS = 20, H(V) = ln V + 0.5772
 
   (with rho_min > 0: n_t capped at the window |B|(2 - rho_min)/rho_min).  n_t documents seen
   (this batch included), V_t the vocabulary size, Lbar_t the mean document length so far.
-  The floor is counted per WORD, not per (word, topic) entry: a word's tokens fall in a few
-  topics whatever K is, and VB's digamma locks a word in (early) or zero-forces it (later)
-  when its occupied entries hold under a few expected counts.  Under Zipf's law the rarest of
-  V words holds 1/H(V) of the mean word's count, so a mean of c H(V) counts per word keeps the
-  rarest words at about c = 20 counts: ~10 in each of the ~2 topics a word occupies, where
-  log x - psi(x) ~ 1/(2x) is 0.05 nats.  Past the floor, D grows with the data like the exact
-  posterior.  ``corpus_size="seen"`` is D_t = n_t alone; an integer fixes D.  A positive
+  The floor keeps rare words out of digamma's zero-forcing regime: VB's digamma locks a word
+  in (early) or zero-forces it (later) when its occupied entries hold under a few expected
+  counts, and log x - psi(x) ~ 1/(2x) is 0.05 nats at x = 10.  Two arguments each say how
+  much claim is enough, and the rule takes the smaller, because over-claiming costs too
+  (steeply on short documents, docs/defaults.md):
+  - per word (the vocabulary): under Zipf's law the rarest of V words holds 1/H(V) of the
+    mean word's count, so a mean of c H(V) counts per word keeps the rarest words at about
+    c = 20 counts, ~10 in each of the ~2 topics a word occupies;
+  - per occurrence (the step): an occurrence learned at step t adds rho_t D_t/|B| counts to
+    its entry, which is c/2 = 10 when D_t = (c/2)|B|/rho_t.
+  Past the floor, D grows with the data like the exact posterior; the step's term falls
+  below n_t after about (c/2)^(1/(1-kappa)) batches.  ``corpus_size="seen"`` is D_t = n_t alone; an integer fixes D.  A positive
   ``rho_min`` keeps a never-ending stream adapting (forgetting old data geometrically).
 
 * ``MemoizedUpdate`` (MVI, Hughes & Sudderth 2013): lambda = beta + sum_b S_b over the
@@ -37,7 +43,7 @@ from .options import CORPUS_SIZE_RULES, Memoized, Stochastic, check_corpus_size
 from .summary import Summary
 
 __all__ = ["CORPUS_SIZE_RULES", "RARE_WORD_COUNTS", "MemoizedUpdate", "StochasticUpdate", "check_corpus_size",
-           "corpus_size_floor"]
+           "corpus_size_floor", "step_size_floor"]
 
 # Expected counts the rarest word of the vocabulary should hold under the default D_t
 # (docs/defaults.md §1): ~2 occupied topics x ~10 counts each (digamma bias 1/(2x) ~ 0.05 nats).
@@ -50,6 +56,13 @@ def corpus_size_floor(n_words: int, mean_len: float) -> float:
     c H(V) expected counts per word, so its rarest words hold about c (H: harmonic number)."""
     V = max(int(n_words), 1)
     return RARE_WORD_COUNTS * (math.log(V) + _EULER_GAMMA) * V / max(float(mean_len), 1.0)
+
+
+def step_size_floor(batch_docs: int, rho: float) -> float:
+    """(c/2) |B| / rho: the corpus size at which one occurrence learned with step ``rho`` adds
+    c/2 = 10 expected counts to its (word, topic) entry (the ~10 per occupied entry of
+    ``corpus_size_floor``, reached at the step that learns it instead of on average)."""
+    return 0.5 * RARE_WORD_COUNTS * max(int(batch_docs), 1) / max(float(rho), 1e-12)
 
 
 class StochasticUpdate:
@@ -90,7 +103,8 @@ class StochasticUpdate:
         if self.corpus_size == "seen":
             return float(seen)
         mean_len = (state.tokens_seen + summary.n_tokens) / max(state.docs_seen + summary.n_docs, 1)
-        return float(max(seen, corpus_size_floor(state.n_words, mean_len)))
+        floor = min(corpus_size_floor(state.n_words, mean_len), step_size_floor(summary.n_docs, rho))
+        return float(max(seen, floor))
 
     def forget_words(self, ids: np.ndarray) -> None:
         pass

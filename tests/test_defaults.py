@@ -13,7 +13,7 @@ import pytest
 from streamtopics import TopicModel
 from streamtopics.config import Config, load_config
 from streamtopics.hyper import alpha_gradient, alpha_step
-from streamtopics.updates import RARE_WORD_COUNTS, StochasticUpdate, corpus_size_floor
+from streamtopics.updates import RARE_WORD_COUNTS, StochasticUpdate, corpus_size_floor, step_size_floor
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,13 +61,16 @@ def test_defaults_recover_topics_better_than_a_wrong_corpus_size():
 
 
 def test_effective_corpus_size_rule():
-    """D_t = max(n_t, c H(V_t) V_t / Lbar_t); capped at the rho_min window; fixed or "seen" on request."""
+    """D_t = max(n_t, min(c H(V_t) V_t / Lbar_t, (c/2)|B|/rho_t)); capped at the rho_min window; fixed or
+    "seen" on request."""
     m = TopicModel(n_topics=20, seed=0)
     docs = [[f"w{i % 50}", f"w{(i * 7) % 50}", f"w{(i * 3) % 50}", "x"] for i in range(40)]
     m.partial_fit(docs)
     st = m.last_stats
     V = len(m.vocabulary)
-    assert st["corpus_size"] == pytest.approx(max(40, RARE_WORD_COUNTS * (np.log(V) + 0.5772156649) * V / 4.0))
+    zipf = RARE_WORD_COUNTS * (np.log(V) + 0.5772156649) * V / 4.0
+    step = RARE_WORD_COUNTS / 2 * 40 / m.updater.rho(1)
+    assert st["corpus_size"] == pytest.approx(max(40, min(zipf, step)))
     upd = StochasticUpdate(rho_min=0.1)
     big = type("S", (), {"docs_seen": 10**6, "tokens_seen": 4e6, "n_topics": 20, "n_words": 51})()
     summ = type("B", (), {"n_docs": 100, "n_tokens": 400.0})()
@@ -81,9 +84,10 @@ def test_effective_corpus_size_rule():
 
 
 def test_default_corpus_size_does_not_scale_with_the_number_of_topics():
-    """The floor counts expected counts per WORD (a word occupies a few topics whatever K is):
-    the same stream gives the same D_t at K=5 and K=50, and the floor is the Zipf estimate
-    c H(V) V / Lbar (the rarest of V words holds about c expected counts)."""
+    """The floor counts expected counts per WORD or per occurrence, never per (word, topic)
+    entry (a word occupies a few topics whatever K is): the same stream gives the same D_t at
+    K=5 and K=50, and the floor is the smaller of the Zipf estimate c H(V) V / Lbar and the
+    step's (c/2)|B|/rho_t."""
     rng = np.random.default_rng(0)
     docs = [[f"w{int(v)}" for v in rng.zipf(1.3, size=30) % 3000] for _ in range(200)]
     Ds = {}
@@ -95,11 +99,33 @@ def test_default_corpus_size_does_not_scale_with_the_number_of_topics():
             Ds[K].append(m.last_stats["corpus_size"])
     assert Ds[5] == pytest.approx(Ds[50])
     V = len(m.vocabulary)
-    assert Ds[50][-1] == pytest.approx(corpus_size_floor(V, 30.0))
+    assert Ds[50][-1] == pytest.approx(min(corpus_size_floor(V, 30.0), step_size_floor(50, m.updater.rho(4))))
     assert Ds[50][-1] > 4 * len(docs)  # still on the floor: a short stream is not taken for the whole corpus
     # the floor grows like V log V with the vocabulary, so n_t takes over on a long stream
     assert corpus_size_floor(2 * V, 30.0) / corpus_size_floor(V, 30.0) == pytest.approx(
         2 * (np.log(2 * V) + 0.5772156649) / (np.log(V) + 0.5772156649))
+
+
+def test_floor_takes_the_smaller_claim():
+    """Short documents over a large vocabulary: the Zipf estimate claims many corpora's worth
+    (over-claiming costs most there: docs/defaults.md), and the step's floor is taken; long
+    documents over a small vocabulary: the Zipf estimate is smaller and is taken; a long stream
+    leaves both behind (D_t = n_t)."""
+    upd = StochasticUpdate(delay=10.0, forgetting_rate=0.6)
+    summ = type("B", (), {"n_docs": 256, "n_tokens": 256 * 10.0})()
+    short = type("S", (), {"docs_seen": 5000, "tokens_seen": 5e4, "n_words": 20000})()
+    rho = upd.rho(21)
+    D = upd.effective_corpus_size(short, summ, rho)
+    assert D == pytest.approx(step_size_floor(256, rho)) and D < corpus_size_floor(20000, 10.0) / 5
+    summ_long = type("B", (), {"n_docs": 256, "n_tokens": 256 * 500.0})()
+    long_docs = type("S", (), {"docs_seen": 1000, "tokens_seen": 5e5, "n_words": 5000})()
+    D = upd.effective_corpus_size(long_docs, summ_long, rho)
+    assert D == pytest.approx(corpus_size_floor(5000, 500.0)) and D < step_size_floor(256, rho)
+    late = type("S", (), {"docs_seen": 10**7, "tokens_seen": 1e8, "n_words": 20000})()
+    t = 10**7 // 256
+    assert upd.effective_corpus_size(late, summ, upd.rho(t)) == 10**7 + 256
+    # the step's floor: one occurrence learned at step t adds c/2 expected counts to its entry
+    assert upd.rho(21) * step_size_floor(256, upd.rho(21)) / 256 == pytest.approx(RARE_WORD_COUNTS / 2)
 
 
 def test_alpha_newton_step_finds_the_generating_concentration():

@@ -6,7 +6,8 @@ import pytest
 
 from streamtopics import TopicModel
 from streamtopics.corpora import load_reuters_r8
-from streamtopics.parallel import available_cores, resolve_threads, split_weighted
+from streamtopics import parallel
+from streamtopics.parallel import available_cores, cgroup_cpu_limit, resolve_threads, split_weighted
 
 
 def _docs():
@@ -70,6 +71,43 @@ def test_threads_option_validated_and_defaults_to_affinity():
     for bad in (-1, 1.5, "2", True):
         with pytest.raises(ValueError, match="threads"):
             TopicModel(n_topics=5, threads=bad)
+
+
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_cgroup_v2_limit_is_the_tightest_on_the_path(tmp_path):
+    proc = tmp_path / "proc_cgroup"
+    _write(proc, "0::/system.slice/streamtopics@a.service\n")
+    root = tmp_path / "cg"
+    _write(root / "system.slice" / "streamtopics@a.service" / "cpu.max", "max 100000\n")  # the unit: no limit
+    assert cgroup_cpu_limit(str(root), str(proc)) is None
+    _write(root / "system.slice" / "cpu.max", "250000 100000\n")  # the slice above it: 2.5 cores
+    assert cgroup_cpu_limit(str(root), str(proc)) == 2.5
+    _write(root / "system.slice" / "streamtopics@a.service" / "cpu.max", "50000 100000\n")
+    assert cgroup_cpu_limit(str(root), str(proc)) == 0.5
+
+
+def test_cgroup_v1_and_container_namespace(tmp_path):
+    proc = tmp_path / "proc_cgroup"
+    root = tmp_path / "cg"
+    _write(proc, "4:memory:/x\n2:cpu,cpuacct:/\n")  # inside a container: its cgroup is the root
+    _write(root / "cpu,cpuacct" / "cpu.cfs_quota_us", "-1\n")
+    _write(root / "cpu,cpuacct" / "cpu.cfs_period_us", "100000\n")
+    assert cgroup_cpu_limit(str(root), str(proc)) is None
+    _write(root / "cpu,cpuacct" / "cpu.cfs_quota_us", "150000\n")
+    assert cgroup_cpu_limit(str(root), str(proc)) == 1.5
+    assert cgroup_cpu_limit(str(root), str(tmp_path / "missing")) is None  # not Linux / no /proc
+
+
+def test_available_cores_respects_the_cgroup_limit(monkeypatch):
+    free = available_cores()
+    monkeypatch.setattr(parallel, "cgroup_cpu_limit", lambda: 0.5)
+    assert available_cores() == 1 and resolve_threads(None) == 1
+    monkeypatch.setattr(parallel, "cgroup_cpu_limit", lambda: 1000.0)
+    assert available_cores() == free  # a limit above the affinity does not add cores
 
 
 def test_split_weighted_covers_everything_in_order():
