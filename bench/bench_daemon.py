@@ -216,13 +216,18 @@ def throughput(broker, corpus, args) -> dict:
     }
 
 
-def threads_scaling(broker, corpus, args) -> dict:
-    """Daemon docs/s at [model] threads = 1 and 2 on one produced topic, alternating rounds."""
-    topics = {"input": "th-in", "output": "th-out", "dead_letter": "th-dlq"}
+def _threads_topics(broker, corpus, args, prefix: str):
+    """(topics, model settings, config, corpus cut to whole batches) of a threads run on fresh topics."""
+    topics = {"input": f"{prefix}-in", "output": f"{prefix}-out", "dead_letter": f"{prefix}-dlq"}
     create_topics(broker.bootstrap, {v: 1 for v in topics.values()})
     extra = {"n_topics": args.topics} if args.topics else {}
     cfg = config(broker.bootstrap, mkdtemp(prefix="bench-snaps-"), topics, model=extra)
-    corpus = corpus[: len(corpus) - len(corpus) % cfg.batch.max_docs]
+    return topics, extra, cfg, corpus[: len(corpus) - len(corpus) % cfg.batch.max_docs]
+
+
+def threads_scaling(broker, corpus, args) -> dict:
+    """Daemon docs/s at [model] threads = 1 and 2 on one produced topic, alternating rounds."""
+    topics, extra, cfg, corpus = _threads_topics(broker, corpus, args, "th")
     n = len(corpus)
     produce_all(broker.bootstrap, topics["input"], corpus)
     rounds = []
@@ -243,11 +248,7 @@ def threads_scaling(broker, corpus, args) -> dict:
 def profile(broker, corpus, args) -> dict:
     """Where the daemon's time goes at threads 1 and 2: each thread's CPU from the first batch to
     the last, and per thread the wall and CPU time between consecutive hook points."""
-    topics = {"input": "pr-in", "output": "pr-out", "dead_letter": "pr-dlq"}
-    create_topics(broker.bootstrap, {v: 1 for v in topics.values()})
-    extra = {"n_topics": args.topics} if args.topics else {}
-    cfg = config(broker.bootstrap, mkdtemp(prefix="bench-snaps-"), topics, model=extra)
-    corpus = corpus[: len(corpus) - len(corpus) % cfg.batch.max_docs]
+    topics, extra, cfg, corpus = _threads_topics(broker, corpus, args, "pr")
     n = len(corpus)
     warm_up(cfg, [d.text for d in corpus])
     produce_all(broker.bootstrap, topics["input"], corpus)
