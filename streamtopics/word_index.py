@@ -17,6 +17,8 @@ import numpy as np
 from numba import njit
 
 _EMPTY = np.empty(0, dtype=np.int64)
+FNV_OFFSET = np.uint64(14695981039346656037)  # 64-bit FNV-1a over code points
+FNV_PRIME = np.uint64(1099511628211)
 
 
 def encode(joined: str) -> np.ndarray:
@@ -73,9 +75,9 @@ def first_sight(token_lists: list[list[str]], n_tokens: int) -> tuple[Sequence, 
 
 @njit(cache=True, nogil=True, inline="always")
 def _fnv(codes, a, b):
-    h = np.uint64(14695981039346656037)
+    h = FNV_OFFSET
     for i in range(a, b):
-        h = (h ^ np.uint64(codes[i])) * np.uint64(1099511628211)
+        h = (h ^ np.uint64(codes[i])) * FNV_PRIME
     return h
 
 
@@ -126,10 +128,10 @@ def first_sight_codes(codes, n):
     t = 0
     a = 0
     L = codes.shape[0]
-    h = np.uint64(14695981039346656037)
+    h = FNV_OFFSET
     for i in range(L + 1):
         if i < L and codes[i] != 0:
-            h = (h ^ np.uint64(codes[i])) * np.uint64(1099511628211)
+            h = (h ^ np.uint64(codes[i])) * FNV_PRIME
             continue
         if t >= n:  # more separators than tokens: a token holds a 0
             return _EMPTY, _EMPTY, _EMPTY, _EMPTY, empty
@@ -157,7 +159,7 @@ def first_sight_codes(codes, n):
             slot = (slot + 1) & mask
         t += 1
         a = i + 1
-        h = np.uint64(14695981039346656037)
+        h = FNV_OFFSET
     if t != n:
         return _EMPTY, _EMPTY, _EMPTY, _EMPTY, empty
     return pos, first[:W].copy(), wstart[:W].copy(), wlen[:W].copy(), hashes[:W].copy()
@@ -235,20 +237,22 @@ def index_insert(table, codes, start, length, hashes, new0, i0, i1):
 
 @njit(cache=True, nogil=True)
 def index_lookup(table, codes, q_codes, q_start, q_length, q_hashes):
-    mask = table.shape[0] - 1
     out = np.empty(q_start.shape[0], dtype=np.int64)
     for j in range(q_start.shape[0]):
-        h = q_hashes[j]
-        hs = np.int64(h)
-        ln = q_length[j]
-        slot = _slot(h, mask)
-        out[j] = -1
-        while True:
-            i = table[slot, 0]
-            if i < 0:
-                break
-            if table[slot, 1] == hs and table[slot, 3] == ln and _same(codes, table[slot, 2], q_codes, q_start[j], ln):
-                out[j] = i
-                break
-            slot = (slot + 1) & mask
+        out[j] = index_probe(table, codes, q_hashes[j], q_codes, q_start[j], q_length[j])
     return out
+
+
+@njit(cache=True, nogil=True, inline="always")
+def index_probe(table, codes, h, q_codes, a, ln):
+    """The id of the word q_codes[a:a + ln] (FNV-1a hash ``h``) in a ``WordIndex`` table, or -1."""
+    mask = table.shape[0] - 1
+    hs = np.int64(h)
+    slot = _slot(h, mask)
+    while True:
+        i = table[slot, 0]
+        if i < 0:
+            return -1
+        if table[slot, 1] == hs and table[slot, 3] == ln and _same(codes, table[slot, 2], q_codes, a, ln):
+            return i
+        slot = (slot + 1) & mask
