@@ -702,28 +702,15 @@ def encode_prediction(
     """Prediction message; numpy scalars are accepted and converted (msgpack cannot pack them).
     ``replica``: the replica that made it (replication on; ``model_version`` is then the update-log
     offset of the model that predicted)."""
-    doc_id = _norm_id(doc_id)
-    pairs = [(int(k), float(p)) for k, p in topics]
+    pairs = [[int(k), float(p)] for k, p in topics]
     pairs.sort(key=lambda kp: (-kp[1], kp[0]))  # ties by topic index: deterministic output
-    m: dict[str, Any] = {"id": doc_id, "topics": [list(kp) for kp in pairs]}
-    if label is not None:
-        m["label"] = str(label)
-    if labels is not None:  # multi-label models: every label predicted on
-        m["labels"] = [str(x) for x in labels]
-    if scores is not None:
-        m["scores"] = {str(k): float(v) for k, v in scores.items()}
-    if response is not None:
-        m["response"] = float(response)
-    m["model_version"] = int(model_version)
-    if replica is not None:
-        m["replica"] = str(replica)
-    m["ts"] = float(ts)
-    return msgpack.packb(m, use_bin_type=True)
+    extra = {"label": label, "labels": labels, "scores": scores, "response": response}
+    return encode_predictions([doc_id], [pairs], [extra], model_version=model_version, ts=ts, replica=replica)[0]
 
 
 def encode_predictions(ids: list, topics: list[list[list]], extras: list[dict], *, model_version: int, ts: float,
                        replica: str | None = None) -> list[bytes]:
-    """``encode_prediction`` of a whole batch, the same bytes: ``topics[i]`` holds document i's
+    """Prediction messages of a whole batch (``encode_prediction`` is this for one document): ``topics[i]`` holds document i's
     ``[topic, proportion]`` pairs already as int/float lists in message order (proportion
     descending, ties by topic index); ``extras[i]`` its ``label``/``labels``/``scores``/``response``
     (``predictions.label_fields``). The per-batch fields are converted once."""
@@ -736,7 +723,7 @@ def encode_predictions(ids: list, topics: list[list[list]], extras: list[dict], 
         if extra:
             if extra.get("label") is not None:
                 m["label"] = str(extra["label"])
-            if extra.get("labels") is not None:
+            if extra.get("labels") is not None:  # multi-label models: every label predicted on
                 m["labels"] = [str(x) for x in extra["labels"]]
             if extra.get("scores") is not None:
                 m["scores"] = {str(k): float(v) for k, v in extra["scores"].items()}
