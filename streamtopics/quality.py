@@ -11,10 +11,9 @@ with no smoothing: a pair never seen together scores -1, a pair in every documen
 Diversity = |union of all topics' top-25 words| / (25 K).  Exact definitions: docs/topic-quality.md.
 
 ``CoherenceMonitor`` keeps the reference as a **sliding window of the stream** (the documents
-of the last batches) and maintains the document counts incrementally, only for the current top
-words: each batch adds its documents, the batches that fall out of the window are subtracted,
-and only topics whose top-N *set* changed (plus words that newly became top words) are recounted
-from the stored window.  ``cooccurrence_counts`` is an independent from-scratch count (a dense
+of the last batches) and counts only for the current top words: each has a bitset over the
+window's document slots, set by entering batches and cleared for leaving ones; pair counts are
+popcounts of ANDed rows, exact integers.  ``cooccurrence_counts`` is an independent from-scratch count (a dense
 incidence matrix product) used by tests and benchmarks, e.g. on a held-out reference corpus.
 """
 
@@ -24,7 +23,10 @@ from collections import deque
 from collections.abc import Iterable
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 __all__ = [
     "CoherenceMonitor",
@@ -73,6 +75,11 @@ def _top_n_rows(w, rows, n):
     thr = np.full(K, -np.inf)
     for v in rows:
         row = w[v]
+        hits = 0
+        for k in range(K):  # branch-free, so it vectorizes: most rows enter no top-n at all
+            hits += row[k] > thr[k]
+        if hits == 0:
+            continue
         for k in range(K):
             x = row[k]
             if x <= thr[k]:
@@ -213,61 +220,92 @@ def _postings_nb(doc_ptr, word_ids, V):
     return ws[:n].copy(), ds[:n].copy()
 
 
-@njit(cache=True, nogil=True)
-def _popcount(x):
-    # SWAR bit count of a uint64
-    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return (x * np.uint64(0x0101010101010101)) >> np.uint64(56)
+@intrinsic
+def _ctpop(typingctx, x):
+    """Set bits of a uint64 (llvm.ctpop: one POPCNT instruction where the CPU has it)."""
+    if not isinstance(x, types.Integer) or x.bitwidth != 64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64]), "llvm.ctpop.i64")
+        return builder.call(fn, [args[0]])
+
+    return types.uint64(x), codegen
 
 
 @njit(cache=True, nogil=True)
-def _count(ws, ds, n_docs, tw, topic_sel, df_words, df, pair, sign):
-    """Add ``sign`` x the boolean-document counts of one batch of ``n_docs`` documents given as
-    postings (ws, ds): D(w) for the ids in ``df_words``, and D(wi, wj), i < j, of the top words
-    tw[k] of every topic with topic_sel[k] (document sets as bitsets, pairs by AND + popcount)."""
-    K, N = tw.shape
-    for w in df_words:
-        df[w] += sign * (np.searchsorted(ws, w, side="right") - np.searchsorted(ws, w, side="left"))
-    nb = (n_docs + 63) // 64
-    bits = np.zeros((N, nb), dtype=np.uint64)
-    present = np.zeros(N, dtype=np.bool_)
+def _set_postings(bits, row_of, ws, ds, start, cap):
+    """Mark each posting (word ws[p] in document ds[p], documents numbered from ``start``) in the
+    window slot of its document, for the words that have a bitset row (row_of >= 0)."""
+    for p in range(ws.shape[0]):
+        r = row_of[ws[p]]
+        if r >= 0:
+            s = (start + ds[p]) % cap
+            bits[r, s >> 6] |= np.uint64(1) << np.uint64(s & 63)
+
+
+@njit(cache=True, nogil=True)
+def _set_words(bits, row_of, words, ws, ds, start, cap):
+    """``_set_postings`` for the given ``words`` only, found by binary search in the word-sorted
+    postings (filling the rows of words that just became top words from a stored batch)."""
+    for w in words:
+        r = row_of[w]
+        lo = np.searchsorted(ws, w, side="left")
+        hi = np.searchsorted(ws, w, side="right")
+        for p in range(lo, hi):
+            s = (start + ds[p]) % cap
+            bits[r, s >> 6] |= np.uint64(1) << np.uint64(s & 63)
+
+
+@njit(cache=True, nogil=True)
+def _clear_slots(bits, first, n, cap):
+    """Clear the slots of documents ``first .. first + n - 1`` (mod ``cap``) in every row."""
+    i = 0
+    while i < n:
+        s = (first + i) % cap
+        if (s & 63) == 0 and i + 64 <= n:  # a whole word of slots
+            for r in range(bits.shape[0]):
+                bits[r, s >> 6] = np.uint64(0)
+            i += 64
+        else:
+            m = ~(np.uint64(1) << np.uint64(s & 63))
+            for r in range(bits.shape[0]):
+                bits[r, s >> 6] &= m
+            i += 1
+
+
+@njit(cache=True, nogil=True)
+def _pair_counts(bits, rows, df, pair):
+    """D(w) and D(wi, wj), i < j, of the top words whose bitset rows are ``rows`` (K, N)."""
+    K, N = rows.shape
+    nb = bits.shape[1]
     for k in range(K):
-        if not topic_sel[k]:
-            continue
         for i in range(N):
-            lo = np.searchsorted(ws, tw[k, i], side="left")
-            hi = np.searchsorted(ws, tw[k, i], side="right")
-            present[i] = hi > lo
-            if present[i]:
-                bits[i, :] = 0
-                for p in range(lo, hi):
-                    d = ds[p]
-                    bits[i, d >> 6] |= np.uint64(1) << np.uint64(d & 63)
-        for i in range(N):
-            if not present[i]:
-                continue
+            a = bits[rows[k, i]]
+            c = np.uint64(0)
+            for b in range(nb):
+                c += _ctpop(a[b])
+            df[k, i] = c
             for j in range(i + 1, N):
-                if not present[j]:
-                    continue
-                c = 0
+                o = bits[rows[k, j]]
+                c = np.uint64(0)
                 for b in range(nb):
-                    c += _popcount(bits[i, b] & bits[j, b])
-                pair[k, i, j] += sign * c
+                    c += _ctpop(a[b] & o[b])
+                pair[k, i, j] = c
 
 
 class QualityReport:
     """Immutable result of one monitor update (numpy arrays are read-only copies)."""
 
-    __slots__ = ("npmi", "diversity", "window_docs", "top_ids", "recounted_topics")
+    __slots__ = ("npmi", "diversity", "window_docs", "top_ids", "changed_topics")
 
-    def __init__(self, npmi, diversity, window_docs, top_ids, recounted_topics):
+    def __init__(self, npmi, diversity, window_docs, top_ids, changed_topics):
         self.npmi = npmi
         self.diversity = diversity
         self.window_docs = window_docs
         self.top_ids = top_ids
-        self.recounted_topics = recounted_topics
+        self.changed_topics = changed_topics  # topics whose top-N set changed with this update
 
     @property
     def mean_npmi(self) -> float:
@@ -276,14 +314,20 @@ class QualityReport:
 
 
 class CoherenceMonitor:
-    """Incremental NPMI of each topic's top-``top_n`` words over the last ``window_docs``
-    documents of the stream (whole batches: the oldest batch leaves once the window holds
-    ``window_docs`` documents without it), plus diversity of the top-``diversity_n`` words.
+    """NPMI of each topic's top-``top_n`` words over the last ``window_docs`` documents of the
+    stream (whole batches: the oldest batch leaves once the window holds ``window_docs``
+    documents without it), plus diversity of the top-``diversity_n`` words.
 
     Call ``update(doc_ptr, word_ids, top_ids)`` once per learned batch with the batch's CSR
     arrays (word ids distinct per document, as ``Batch`` has them) and the model's current
     top words (K, >= top_n) after learning it.  ``evicted``: word ids the vocabulary recycled
     for this batch (their stored occurrences leave the window).
+
+    Every current top word has a bitset over the window's document slots (a ring: document
+    number mod the capacity).  A batch sets its documents' bits, a leaving batch clears its
+    slots, a word that just became a top word is filled from the stored postings, and all
+    K x N(N-1)/2 pair counts are popcounts of ANDed rows: exact integers, with no per-batch
+    recount of the stored window.
     """
 
     def __init__(self, window_docs: int = 5000, top_n: int = 10, diversity_n: int = 25) -> None:
@@ -292,11 +336,16 @@ class CoherenceMonitor:
         self.window_docs = int(window_docs)
         self.top_n = int(top_n)
         self.diversity_n = int(diversity_n)
-        # each window batch: (postings words, postings docs, documents); oldest first
-        self._window: deque[tuple[np.ndarray, np.ndarray, int]] = deque()
+        # each window batch: (postings words, postings docs, documents, number of its first document)
+        self._window: deque[tuple[np.ndarray, np.ndarray, int, int]] = deque()
         self._n_docs = 0
+        self._next = 0                          # number of the next document; its slot: number % cap
+        self._cap = 0                           # slots per bitset (a multiple of 64)
         self._tw: np.ndarray | None = None      # (K, N) top words sorted by id (the counted sets)
-        self._df = np.zeros(0, dtype=np.int64)  # by word id; valid for the counted top words
+        self._words = np.zeros(0, dtype=np.int64)     # words with a bitset row, ascending
+        self._row_of = np.full(0, -1, dtype=np.int64)  # word id -> its bitset row, or -1
+        self._bits = np.zeros((0, 0), dtype=np.uint64)
+        self._df: np.ndarray | None = None      # (K, N)
         self._pair: np.ndarray | None = None    # (K, N, N), i < j used
         self.last: QualityReport | None = None
 
@@ -307,7 +356,7 @@ class CoherenceMonitor:
     def window(self) -> list[list[np.ndarray]]:
         """The documents in the window, oldest batch first: per batch, each document's word ids."""
         out = []
-        for ws, ds, n in self._window:
+        for ws, ds, n, _ in self._window:
             order = np.argsort(ds, kind="stable")
             ptr = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(np.bincount(ds, minlength=n), out=ptr[1:])
@@ -316,9 +365,25 @@ class CoherenceMonitor:
         return out
 
     def _grow(self, n: int) -> None:
-        if n > self._df.size:
-            size = max(n, 2 * self._df.size, 1024)
-            self._df = np.concatenate([self._df, np.zeros(size - self._df.size, np.int64)])
+        if n > self._row_of.size:
+            size = max(n, 2 * self._row_of.size, 1024)
+            self._row_of = np.concatenate([self._row_of, np.full(size - self._row_of.size, -1, np.int64)])
+
+    def _track(self, words: np.ndarray, fresh: bool) -> None:
+        """Give ``words`` (ascending) the bitset rows: rows of words tracked already are kept
+        (unless ``fresh``), the others are filled from the stored window."""
+        old = np.full(words.size, -1, np.int64) if fresh else self._row_of[words]
+        bits = np.zeros((words.size, self._cap // 64), dtype=np.uint64)
+        keep = old >= 0
+        if keep.any():
+            bits[keep] = self._bits[old[keep]]
+        self._row_of[self._words] = -1
+        self._row_of[words] = np.arange(words.size)
+        added = words[~keep]
+        if added.size:
+            for ws, ds, _, first in self._window:
+                _set_words(bits, self._row_of, added, ws, ds, first, self._cap)
+        self._bits, self._words = bits, words
 
     def update(self, doc_ptr: np.ndarray, word_ids: np.ndarray, top_ids: np.ndarray,
                evicted: np.ndarray | None = None) -> QualityReport:
@@ -327,54 +392,56 @@ class CoherenceMonitor:
         word_ids = np.asarray(word_ids, dtype=np.int64)
         K = top_ids.shape[0]
         self._grow(int(max(word_ids.max(initial=-1), top_ids.max(initial=-1))) + 1)
+        rebuild = False
         if evicted is not None and len(evicted) and self._window:
-            # recycled ids: their old occurrences leave the stored window; everything is recounted
+            # recycled ids: their old occurrences leave the stored window; every row is rebuilt
             gone = np.asarray(evicted, dtype=np.int64)
-            self._window = deque((ws[keep], ds[keep], n) for ws, ds, n in self._window
+            self._window = deque((ws[keep], ds[keep], n, first) for ws, ds, n, first in self._window
                                  for keep in [~np.isin(ws, gone)])
-            self._tw = None
+            rebuild = True
         new_tw = np.sort(top_ids[:, : self.top_n], axis=1)
-        # 1. the batch enters and old batches leave, counted for the current top-word sets
+        # 1. the batch enters and old batches leave (their slots are cleared)
         ws, ds = _postings(doc_ptr, word_ids)
-        entering = (ws, ds, doc_ptr.size - 1)
+        entering = (ws, ds, doc_ptr.size - 1, self._next)
+        self._next += entering[2]
         self._window.append(entering)
         self._n_docs += entering[2]
-        leaving = []
         while len(self._window) > 1 and self._n_docs - self._window[0][2] >= self.window_docs:
-            leaving.append(self._window.popleft())
-            self._n_docs -= leaving[-1][2]
-        incremental = self._tw is not None and self._tw.shape == new_tw.shape
-        if incremental:
-            all_topics = np.ones(K, dtype=np.bool_)
-            tracked = _unique_small(self._tw)
-            _count(ws, ds, entering[2], self._tw, all_topics, tracked, self._df, self._pair, 1)
-            for lw, ld, ln in leaving:
-                _count(lw, ld, ln, self._tw, all_topics, tracked, self._df, self._pair, -1)
-            changed = np.any(new_tw != self._tw, axis=1)
+            _, _, n_out, first = self._window.popleft()
+            self._n_docs -= n_out
+            if not rebuild:
+                _clear_slots(self._bits, first, n_out, self._cap)
+        live = self._next - self._window[0][3]
+        if live > self._cap:  # more documents than slots: a larger ring, every row rebuilt
+            self._cap = 64 * -(-max(live, self.window_docs + 2 * entering[2]) // 64)
+            rebuild = True
+        changed = (np.ones(K, dtype=np.bool_) if self._tw is None or self._tw.shape != new_tw.shape
+                   else np.any(new_tw != self._tw, axis=1))
+        words = _unique_small(new_tw)
+        # 2. the batch's documents in the rows of the words tracked so far; new top words filled
+        if rebuild:
+            self._track(words, fresh=True)
         else:
-            tracked = np.zeros(0, dtype=np.int64)
-            changed = np.ones(K, dtype=np.bool_)
-            self._pair = np.zeros((K, new_tw.shape[1], new_tw.shape[1]), dtype=np.int64)
-        # 2. topics whose top-word set changed, and newly tracked words, are recounted
-        n_changed = int(changed.sum())
-        if n_changed:
-            new_words = np.setdiff1d(_unique_small(new_tw), tracked, assume_unique=True)
-            self._df[new_words] = 0
-            self._pair[changed] = 0
-            self._tw = new_tw
-            for bw, bd, bn in self._window:
-                _count(bw, bd, bn, new_tw, changed, new_words, self._df, self._pair, 1)
-        npmi = npmi_from_counts(self._df[self._tw], self._pair, self._n_docs)
+            _set_postings(self._bits, self._row_of, ws, ds, entering[3], self._cap)
+            if not np.array_equal(words, self._words):
+                self._track(words, fresh=False)
+        self._tw = new_tw
+        # 3. counts of the current top-word sets, then NPMI
+        N = new_tw.shape[1]
+        self._df = np.zeros((K, N), dtype=np.int64)
+        self._pair = np.zeros((K, N, N), dtype=np.int64)
+        _pair_counts(self._bits, self._row_of[new_tw], self._df, self._pair)
+        npmi = npmi_from_counts(self._df, self._pair, self._n_docs)
         npmi.flags.writeable = False
         tops = top_ids.copy()
         tops.flags.writeable = False
         self.last = QualityReport(npmi, topic_diversity(top_ids, self.diversity_n), self._n_docs,
-                                  tops, n_changed)
+                                  tops, int(changed.sum()))
         return self.last
 
     def counts(self) -> tuple[np.ndarray, np.ndarray, int]:
-        """(df (K, N), pair (K, N, N), D) as maintained, for the counted top-word sets (sorted by id)."""
-        return self._df[self._tw].copy(), self._pair.copy(), self._n_docs
+        """(df (K, N), pair (K, N, N), D) of the counted top-word sets (sorted by id)."""
+        return self._df.copy(), self._pair.copy(), self._n_docs
 
     def counted_top_words(self) -> np.ndarray:
         """The top-word sets the counts refer to, each sorted by word id (K, N)."""
