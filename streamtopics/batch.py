@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 from .text import Vocabulary
-from .word_index import first_sight
+from .word_index import FirstSeen, first_sight
 
 
 @dataclass
@@ -65,7 +65,9 @@ def build_batch_provisional(token_lists: list[list[str]], vocab: Vocabulary) -> 
     new = np.flatnonzero(ids < 0)
     room = new.size if vocab.cap is None else max(min(vocab.cap - len(vocab), new.size), 0)
     ids[new[:room]] = len(vocab) + np.arange(room)
-    return _assemble(D, ids, pos, cnt, doc_of, np.empty(0, np.int64)), [words[p] for p in new[:room]]
+    take = new[:room]
+    fresh = words.pick(take) if isinstance(words, FirstSeen) else [words[p] for p in take]
+    return _assemble(D, ids, pos, cnt, doc_of, np.empty(0, np.int64)), fresh
 
 
 def _pairs(token_lists: list[list[str]]):

@@ -538,12 +538,15 @@ class Replica:
             model.updater.forget_words(evicted)
         model.state.ensure_words(len(model.vocab))
         ids = np.asarray(ids, dtype=np.int64)
-        lengths = np.diff(rec.indptr)
         keep_row = ids >= 0
-        keep = np.repeat(keep_row, lengths)
-        totals = np.bincount(rec.topics[keep], weights=rec.values[keep], minlength=model.n_topics)
-        indptr = np.zeros(int(keep_row.sum()) + 1, dtype=np.int64)
-        np.cumsum(lengths[keep_row], out=indptr[1:])
-        return Summary(word_ids=ids[keep_row], indptr=indptr, topics=rec.topics[keep], values=rec.values[keep],
-                       topic_totals=totals, n_docs=rec.n_docs, n_tokens=float(rec.n_tokens),
-                       entropy=rec.entropy, alloc=rec.alloc)
+        if keep_row.all():  # the usual case: no row refused, the record's arrays as they are
+            indptr, topics, values = rec.indptr, rec.topics, rec.values
+        else:
+            lengths = np.diff(rec.indptr)
+            keep = np.repeat(keep_row, lengths)
+            topics, values, ids = rec.topics[keep], rec.values[keep], ids[keep_row]
+            indptr = np.zeros(ids.size + 1, dtype=np.int64)
+            np.cumsum(lengths[keep_row], out=indptr[1:])
+        totals = np.bincount(topics, weights=values, minlength=model.n_topics)
+        return Summary(word_ids=ids, indptr=indptr, topics=topics, values=values, topic_totals=totals,
+                       n_docs=rec.n_docs, n_tokens=float(rec.n_tokens), entropy=rec.entropy, alloc=rec.alloc)
