@@ -232,49 +232,47 @@ def _timed(fn, label, acc):
 
 
 class RunClock:
-    """Patches ``ThreadRunner.run`` to account, per calling thread, the caller's CPU inside runs,
-    the CPU of all ranges, and the makespan of a greedy schedule of the ranges' CPU times on the
-    runner's threads (what the run takes on idle cores: ranges are taken in order by whichever
-    worker is free first)."""
+    """Patches ``ThreadRunner.run_claimed`` to account, per calling thread, the caller's CPU inside
+    runs, the CPU of all ranges, and the makespan on idle cores: the threads' mean CPU (they claim
+    ranges as they come free, so on idle cores they finish within one range of each other)."""
 
     def __init__(self):
         import threading
 
         from streamtopics import parallel
         self.parallel, self.ident, self.acc = parallel, threading.get_ident, {}
-        self.orig = parallel.ThreadRunner.run
+        self.orig_claimed = parallel.ThreadRunner.run_claimed
 
     def get(self) -> list:
         return list(self.acc.get(self.ident(), [0.0, 0.0, 0.0]))
 
     def __enter__(self):
-        clock, orig = self, self.orig
+        clock = self
 
-        def run(runner, fn, ranges):
+        def run_claimed(runner, fn):
+            # ranges claimed inside the kernel: each thread's CPU in its one call; on idle cores the
+            # claiming balances them to within one range, so the makespan is their mean
             times = []
 
-            def timed(lo, hi):
+            def timed(counter):
                 t = time.thread_time()
                 try:
-                    return fn(lo, hi)
+                    return fn(counter)
                 finally:
                     times.append(time.thread_time() - t)
             t0 = time.thread_time()
             try:
-                return orig(runner, timed, ranges)
+                return clock.orig_claimed(runner, timed)
             finally:
-                busy = [0.0] * runner.threads
-                for x in times:
-                    busy[busy.index(min(busy))] += x
                 a = clock.acc.setdefault(clock.ident(), [0.0, 0.0, 0.0])
                 a[0] += time.thread_time() - t0
                 a[1] += sum(times)
-                a[2] += max(busy)
-        self.parallel.ThreadRunner.run = run
+                a[2] += sum(times) / runner.threads
+        self.parallel.ThreadRunner.run_claimed = run_claimed
         return self
 
     def __exit__(self, *exc):
-        self.parallel.ThreadRunner.run = self.orig
+        self.parallel.ThreadRunner.run_claimed = self.orig_claimed
 
 
 def critical_path(s: Setting, K: int, threads: int) -> dict:

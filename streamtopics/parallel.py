@@ -1,7 +1,8 @@
 """Deterministic multi-threading for the numba kernels: split, run GIL-free, write disjoint slices.
 
 Kernels compiled with ``nogil=True`` release the GIL, so a plain thread pool runs them on
-several cores.  Work is split into ranges whose outputs are disjoint slices of
+several cores; each thread enters its kernel once and claims ranges of the work with an atomic
+counter (``claim_ranges``, ``ThreadRunner.run_claimed``).  Ranges' outputs are disjoint slices of
 preallocated arrays, and anything that is summed is reduced afterwards in a fixed order
 (range by range, or over the whole array), so a result never depends on the number of
 threads or on which thread ran which range.
@@ -11,9 +12,11 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-from threading import Lock
 
 import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 
 def available_cores() -> int:
@@ -114,6 +117,36 @@ def split_weighted(weights_cum: np.ndarray, parts: int) -> list[tuple[int, int]]
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
+@intrinsic
+def claim(typingctx, counter):
+    """``counter[0] += 1`` as one atomic read-modify-write (llvm ``atomicrmw add``, sequentially
+    consistent); returns the value before.  Threads inside numba kernels take work items with it
+    without the GIL."""
+    if not (isinstance(counter, types.Array) and counter.ndim == 1 and counter.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        one = ir.Constant(ir.IntType(64), 1)
+        return builder.atomic_rmw("add", builder.gep(ary.data, [ir.Constant(ir.IntType(64), 0)]), one, "seq_cst")
+
+    return types.int64(counter), codegen
+
+
+@njit(cache=True, nogil=True)
+def claim_ranges(counter, n):
+    """The next work item below ``n`` (``claim``), or -1 when all are taken."""
+    i = claim(counter)
+    return i if i < n else -1
+
+
+def split_bounds(weights_cum: np.ndarray, parts: int) -> np.ndarray:
+    """``split_weighted`` as one int64 array of range bounds (range i: ``b[i]:b[i + 1]``), the
+    form kernels that claim their ranges (``claim_ranges``) read."""
+    ranges = split_weighted(weights_cum, parts)
+    return np.array([lo for lo, _ in ranges] + [ranges[-1][1]] if ranges else [0], dtype=np.int64)
+
+
 class ThreadRunner:
     """A lazily started pool of ``threads - 1`` helpers; the calling thread works beside them."""
 
@@ -126,39 +159,32 @@ class ThreadRunner:
         the ranges are handed out one at a time as threads come free: with 16 per thread the
         last one's straggling costs ~1 % (a greedy schedule of measured 20NG ranges: 96 % of
         the ideal two-thread time with 4 per thread, 98.7 % with 16).  Work of even cost per
-        item (``uneven=False``: rows of E[log phi], of the summary, of the update) needs fewer
-        (each range costs a GIL-holding call of a few microseconds)."""
+        item (``uneven=False``: rows of E[log phi], of the summary, of the update) needs fewer."""
         if self.threads == 1:
             return 1
         return (16 if uneven else 4) * self.threads
 
-    def run(self, fn, ranges):
-        """``fn(lo, hi)`` for every range; returns the results in range order.  Each thread takes
-        the next range not yet taken (dynamic scheduling), so which thread ran a range varies, and
-        ``fn`` must write only its own range's outputs."""
-        if self.threads == 1 or len(ranges) <= 1:
-            return [fn(lo, hi) for lo, hi in ranges]
+    def run_claimed(self, fn) -> list:
+        """``fn(counter)`` once on every thread, all with the same ``counter`` (a one-element int64
+        array at 0).  ``fn`` calls a numba kernel that takes its ranges with
+        ``claim_ranges(counter, n)`` until it gets -1, so the ranges are handed out GIL-free inside
+        the kernels; a thread never returns to Python between two of them.  (Returning costs little
+        alone, but beside a thread that runs Python, such as the daemon's publisher and read-ahead,
+        each return waits for the GIL, up to the 5 ms switch interval, while its core idles.)
+        Returns each thread's result in no fixed order, so results must combine order-independently
+        (integer counts), and outputs go to the ranges' own slices."""
+        counter = np.zeros(1, dtype=np.int64)
+        if self.threads == 1:
+            return [fn(counter)]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.threads - 1, thread_name_prefix="streamtopics")
-        out = [None] * len(ranges)
-        todo = iter(enumerate(ranges))
-        lock = Lock()
-
-        def work():
-            while True:
-                with lock:
-                    nxt = next(todo, None)
-                if nxt is None:
-                    return
-                i, (lo, hi) = nxt
-                out[i] = fn(lo, hi)
-
-        helpers = [self._pool.submit(work) for _ in range(min(self.threads, len(ranges)) - 1)]
+        helpers = [self._pool.submit(fn, counter) for _ in range(self.threads - 1)]
+        out = []
         try:
-            work()
+            out.append(fn(counter))
         finally:
             for f in helpers:  # wait for every helper (and raise its error) before returning
-                f.result()
+                out.append(f.result())
         return out
 
     def close(self) -> None:

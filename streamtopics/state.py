@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from ._numeric import digamma
-from .parallel import split_weighted
+from .parallel import claim_ranges, split_bounds
 
 _RESCALE_BELOW = 1e-60
 
@@ -42,6 +42,28 @@ def expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, u0, u1):
         for k in range(K):
             m = mu[v, k]
             out[u, k] = (psi_common if m == common else digamma(beta + scale * m)) - psi_tot[k]
+
+
+@njit(cache=True, nogil=True)
+def expected_log_phi_claimed(counter, bounds, mu, scale, beta, rows, psi_tot, common, out):
+    """``expected_log_phi_rows`` over the ranges this thread claims (``parallel.claim_ranges``)."""
+    n = bounds.shape[0] - 1
+    while True:
+        i = claim_ranges(counter, n)
+        if i < 0:
+            return 0
+        expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, bounds[i], bounds[i + 1])
+
+
+@njit(cache=True, nogil=True)
+def scatter_claimed(counter, bounds, mu, word_ids, indptr, topics, values, factor):
+    """``scatter_rows`` over the ranges this thread claims."""
+    n = bounds.shape[0] - 1
+    while True:
+        i = claim_ranges(counter, n)
+        if i < 0:
+            return 0
+        scatter_rows(mu, word_ids, indptr, topics, values, factor, bounds[i], bounds[i + 1])
 
 
 @njit(cache=True, nogil=True)
@@ -162,8 +184,8 @@ class ModelState:
             return _expected_log_phi(self.mu, self.scale, self.beta, rows, psi_tot, self.smoothing)
         out = np.empty((rows.shape[0], self.n_topics))
         mu, scale, beta, common = self.mu, self.scale, self.beta, self.smoothing
-        runner.run(lambda lo, hi: expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, lo, hi),
-                   split_weighted(np.arange(rows.shape[0] + 1), runner.chunks(uneven=False)))
+        bounds = split_bounds(np.arange(rows.shape[0] + 1), runner.chunks(uneven=False))
+        runner.run_claimed(lambda ctr: expected_log_phi_claimed(ctr, bounds, mu, scale, beta, rows, psi_tot, common, out))
         return out
 
     def topic_word(self) -> np.ndarray:
@@ -183,7 +205,8 @@ class ModelState:
             _scatter_add(self.mu, self.mu_totals, w, summary.indptr, summary.topics, summary.values, float(factor))
             return
         mu, ptr, top, val, f = self.mu, summary.indptr, summary.topics, summary.values, float(factor)
-        runner.run(lambda u0, u1: scatter_rows(mu, w, ptr, top, val, f, u0, u1), split_weighted(ptr, runner.chunks(uneven=False)))
+        bounds = split_bounds(ptr, runner.chunks(uneven=False))
+        runner.run_claimed(lambda ctr: scatter_claimed(ctr, bounds, mu, w, ptr, top, val, f))
         add_totals(self.mu_totals, top, val, f)
 
     def decay(self, keep: float) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from .parallel import split_weighted
+from .parallel import claim_ranges, split_bounds
 
 
 @dataclass
@@ -160,6 +160,19 @@ def summary_words(u0, u1, start, order, cnt, top_idx, top_r, top_n, bound, K, tm
 
 
 @njit(cache=True, nogil=True)
+def summary_words_claimed(counter, bounds, start, order, cnt, top_idx, top_r, top_n, bound, K, tmp_topics, tmp_values,
+                          count):
+    """``summary_words`` over the word ranges this thread claims (``parallel.claim_ranges``)."""
+    n = bounds.shape[0] - 1
+    while True:
+        i = claim_ranges(counter, n)
+        if i < 0:
+            return 0
+        summary_words(bounds[i], bounds[i + 1], start, order, cnt, top_idx, top_r, top_n, bound, K, tmp_topics,
+                      tmp_values, count)
+
+
+@njit(cache=True, nogil=True)
 def summary_compact(bound, count, tmp_topics, tmp_values, K):
     """The words' scratch rows packed into CSR, topic totals summed in row order (as ``_summarize``)."""
     U = count.shape[0]
@@ -192,9 +205,9 @@ def summarize_sparse(batch, top_idx, top_r, top_n, n_topics: int, runner=None) -
         start, order, bound = summary_order(batch.local, top_n, U, n_topics)
         tmp_topics, tmp_values = np.empty(bound[U], dtype=np.int32), np.empty(bound[U])
         count = np.empty(U, dtype=np.int64)
-        runner.run(lambda u0, u1: summary_words(u0, u1, start, order, batch.counts, top_idx, top_r, top_n, bound,
-                                                n_topics, tmp_topics, tmp_values, count),
-                   split_weighted(bound, runner.chunks(uneven=False)))
+        bounds = split_bounds(bound, runner.chunks(uneven=False))
+        runner.run_claimed(lambda ctr: summary_words_claimed(ctr, bounds, start, order, batch.counts, top_idx, top_r,
+                                                             top_n, bound, n_topics, tmp_topics, tmp_values, count))
         indptr, topics, values, totals = summary_compact(bound, count, tmp_topics, tmp_values, n_topics)
     return Summary(word_ids=batch.uniq.copy(), indptr=indptr, topics=topics, values=values, topic_totals=totals,
                    n_docs=batch.n_docs, n_tokens=float(batch.n_tokens))

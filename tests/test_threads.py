@@ -116,3 +116,47 @@ def test_split_weighted_covers_everything_in_order():
         r = split_weighted(ptr, parts)
         assert r[0][0] == 0 and r[-1][1] == 6 and all(a[1] == b[0] for a, b in zip(r, r[1:]))
         assert len(r) <= parts
+
+
+def test_claimed_ranges_are_each_taken_exactly_once_beside_a_python_thread():
+    """``run_claimed``: threads take ranges with an atomic counter inside the kernel; every range
+    is run once and only once, also while another thread keeps the GIL busy with Python."""
+    import threading
+
+    from numba import njit
+
+    from streamtopics.parallel import ThreadRunner, claim_ranges, split_bounds
+
+    @njit(nogil=True)
+    def mark(counter, bounds, hits, work):
+        taken = 0
+        while True:
+            i = claim_ranges(counter, bounds.shape[0] - 1)
+            if i < 0:
+                return taken
+            for j in range(bounds[i], bounds[i + 1]):
+                hits[j] += 1
+                x = 0.0
+                for t in range(200):  # some work per item, so the threads overlap
+                    x += t * 0.5
+                work[j] = x
+            taken += 1
+
+    stop = threading.Event()
+
+    def python_bursts():
+        while not stop.is_set():
+            sum(i * i for i in range(2000))
+
+    busy = threading.Thread(target=python_bursts)
+    busy.start()
+    try:
+        for threads in (1, 2, 3):
+            hits, work = np.zeros(50_000, dtype=np.int64), np.zeros(50_000)
+            bounds = split_bounds(np.arange(hits.size + 1), 16 * threads)
+            taken = ThreadRunner(threads).run_claimed(lambda ctr: mark(ctr, bounds, hits, work))
+            assert len(taken) == threads and sum(taken) == bounds.size - 1
+            assert hits.min() == hits.max() == 1 and np.all(work == 9950.0)
+    finally:
+        stop.set()
+        busy.join()

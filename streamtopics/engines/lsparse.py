@@ -43,7 +43,7 @@ import numpy as np
 from numba import njit
 
 from .._numeric import digamma, select_top
-from ..parallel import ThreadRunner, split_weighted
+from ..parallel import ThreadRunner, claim_ranges, split_bounds
 from ..summary import LocalResult, Summary, summarize_sparse
 
 
@@ -685,6 +685,39 @@ def dense_doc_reference(C, cnt, alpha, max_iter, tol):
     return N, it
 
 
+@njit(cache=True, nogil=True)
+def word_top_claimed(counter, bounds, C, L, idx, val, cmax, eC):
+    """``word_top_rows`` over the ranges ``bounds[i]:bounds[i + 1]`` this thread claims."""
+    n = bounds.shape[0] - 1
+    while True:
+        i = claim_ranges(counter, n)
+        if i < 0:
+            return 0
+        word_top_rows(C, L, idx, val, cmax, eC, bounds[i], bounds[i + 1])
+
+
+@njit(cache=True, nogil=True)
+def lsparse_docs_claimed(counter, bounds, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol,
+                         eps, restart_trials, restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps, sup_damp,
+                         doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc, sup_rho,
+                         sup_kappa):
+    """``lsparse_docs`` over the document ranges ``bounds[i]:bounds[i + 1]`` this thread claims
+    (``parallel.claim_ranges``); returns the restarts tried and accepted in them."""
+    n = bounds.shape[0] - 1
+    tried = 0
+    accepted = 0
+    while True:
+        i = claim_ranges(counter, n)
+        if i < 0:
+            return tried, accepted
+        t, a = lsparse_docs(bounds[i], bounds[i + 1], C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc,
+                            max_iter, tol, eps, restart_trials, restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps,
+                            sup_damp, doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc,
+                            sup_rho, sup_kappa)
+        tried += t
+        accepted += a
+
+
 def run_lsparse(runner, C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_trials, restart_iters,
                 sup, E, V, Y, M, loss, c, ell, sup_eps, sup_damp):
     """``lsparse_batch_sup`` with the documents (and the cold start's word rows) split over
@@ -700,16 +733,18 @@ def run_lsparse(runner, C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, rest
     init_val = np.empty((U, Lc))
     cmax = np.empty(U)
     eC = np.empty((U, K))
-    runner.run(lambda lo, hi: word_top_rows(C, Lc, init_idx, init_val, cmax, eC, lo, hi),
-               split_weighted(np.arange(U + 1), runner.chunks()))
+    # The ranges are claimed inside the kernels (``ThreadRunner.run_claimed``): no thread goes back
+    # to Python, and the GIL, between two of them.
+    words = split_bounds(np.arange(U + 1), runner.chunks(uneven=False))
+    runner.run_claimed(lambda ctr: word_top_claimed(ctr, words, C, Lc, init_idx, init_val, cmax, eC))
     # batch_outputs run by numpy (its py_func): the zeros come from fresh zero pages (calloc), so the
     # ~4 MB of per-entry outputs are not cleared by the calling thread before the threads start
     # (0.74 ms of serial time per 20NG batch); the threads that fill the pages fault them in.
     outs = batch_outputs.py_func(D, loc.shape[0], K, Lc, E.shape[0], sup)
-    counts = runner.run(lambda d0, d1: lsparse_docs(d0, d1, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc,
-                                                    max_iter, tol, eps, restart_trials, restart_iters, sup, E, V, Y,
-                                                    M, loss, c, ell, sup_eps, sup_damp, *outs),
-                        split_weighted(doc_ptr, runner.chunks()))
+    docs = split_bounds(doc_ptr, runner.chunks())
+    counts = runner.run_claimed(lambda ctr: lsparse_docs_claimed(
+        ctr, docs, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol, eps, restart_trials,
+        restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps, sup_damp, *outs))
     tried = sum(t for t, _ in counts)
     accepted = sum(a for _, a in counts)
     doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc, sup_rho, sup_kappa = outs
