@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .parallel import ThreadRunner, claim_ranges, split_bounds
 from .summary import Summary
 
 __all__ = ["MAX_BIRTHS", "births_for", "data_mass", "propose_births", "reset_topics", "with_seeds"]
@@ -47,38 +48,73 @@ MAX_BIRTHS = 2
 
 
 @njit(cache=True, nogil=True)
-def _doc_topic_cosine(doc_ptr, local, counts, uniq, mu, scale, beta):
-    """max_k cos(x_d, lambda_k) per document, both restricted to the batch's words ``uniq``
-    (x_d: the document's counts, ``local`` indexing ``uniq``; lambda_vk = beta + scale mu_vk)."""
-    D = doc_ptr.shape[0] - 1
-    U = uniq.shape[0]
+def _topic_rows(counter, bounds, uniq, mu, scale, beta, lam):
+    """lam[u] = lambda over the batch's words ``uniq`` (lambda_vk = beta + scale mu_vk), for the
+    row ranges this thread claims (``parallel.claim_ranges``)."""
     K = mu.shape[1]
-    lam = np.empty((U, K))
+    n = bounds.shape[0] - 1
+    while True:
+        i = claim_ranges(counter, n)
+        if i < 0:
+            return 0
+        for u in range(bounds[i], bounds[i + 1]):
+            row = mu[uniq[u]]
+            for k in range(K):
+                lam[u, k] = beta + scale * row[k]
+
+
+@njit(cache=True, nogil=True)
+def _inverse_norms(lam):
+    """1 / ||lam[:, k]|| per topic (0 for a zero column), summed over the rows in order."""
+    U, K = lam.shape
     inv = np.zeros(K)
     for u in range(U):
-        row = mu[uniq[u]]
         for k in range(K):
-            x = beta + scale * row[k]
-            lam[u, k] = x
-            inv[k] += x * x
+            inv[k] += lam[u, k] * lam[u, k]
     for k in range(K):
         inv[k] = 1.0 / np.sqrt(inv[k]) if inv[k] > 0.0 else 0.0
-    out = np.zeros(D)
+    return inv
+
+
+@njit(cache=True, nogil=True)
+def _doc_cosines(counter, bounds, doc_ptr, local, counts, lam, inv, out):
+    """max_k cos(x_d, lam_k) of the documents in the ranges this thread claims."""
+    K = lam.shape[1]
     acc = np.zeros(K)
-    for d in range(D):
-        acc[:] = 0.0
-        norm = 0.0
-        for p in range(doc_ptr[d], doc_ptr[d + 1]):
-            c = counts[p]
-            norm += c * c
-            u = local[p]
-            for k in range(K):
-                acc[k] += c * lam[u, k]
-        if norm > 0.0:
-            best = 0.0
-            for k in range(K):
-                best = max(best, acc[k] * inv[k])
-            out[d] = best / np.sqrt(norm)
+    n = bounds.shape[0] - 1
+    while True:
+        i = claim_ranges(counter, n)
+        if i < 0:
+            return 0
+        for d in range(bounds[i], bounds[i + 1]):
+            acc[:] = 0.0
+            norm = 0.0
+            for p in range(doc_ptr[d], doc_ptr[d + 1]):
+                c = counts[p]
+                norm += c * c
+                u = local[p]
+                for k in range(K):
+                    acc[k] += c * lam[u, k]
+            if norm > 0.0:
+                best = 0.0
+                for k in range(K):
+                    best = max(best, acc[k] * inv[k])
+                out[d] = best / np.sqrt(norm)
+
+
+def doc_topic_cosine(batch, local, counts, state, runner=None) -> np.ndarray:
+    """max_k cos(x_d, lambda_k) per document of ``batch``, both restricted to the batch's words
+    (x_d: the document's counts). Rows of lambda and documents are split over ``runner``'s
+    threads; every value is computed in the same order whatever the split."""
+    runner = runner or ThreadRunner(1)
+    U, D = batch.uniq.size, batch.n_docs
+    lam = np.empty((U, state.n_topics))
+    rows = split_bounds(np.arange(U + 1), runner.chunks(uneven=False))
+    runner.run_claimed(lambda ctr: _topic_rows(ctr, rows, batch.uniq, state.mu, state.scale, state.beta, lam))
+    inv = _inverse_norms(lam)
+    out = np.zeros(D)
+    docs = split_bounds(batch.doc_ptr, runner.chunks())
+    runner.run_claimed(lambda ctr: _doc_cosines(ctr, docs, batch.doc_ptr, local, counts, lam, inv, out))
     return out
 
 
@@ -109,9 +145,10 @@ def data_mass(state) -> np.ndarray:
 
 
 def propose_births(state, updater, batch, summary: Summary, rng: np.random.Generator,
-                   max_births: int = MAX_BIRTHS) -> list[tuple[int, np.ndarray, np.ndarray]]:
+                   max_births: int = MAX_BIRTHS, runner=None) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """The births of the update that is about to learn ``summary`` (see the module docstring):
-    a list of (topic, batch-local word indices, seed counts in tokens), at most ``max_births``."""
+    a list of (topic, batch-local word indices, seed counts in tokens), at most ``max_births``.
+    ``runner``: the local step's threads (the documents' distances to the topics split over them)."""
     K, B = state.n_topics, batch.n_docs
     if not state.initialized or K < 2 or B == 0 or summary.n_docs == 0 or batch.n_tokens <= 0:
         return []
@@ -124,7 +161,7 @@ def propose_births(state, updater, batch, summary: Summary, rng: np.random.Gener
         return []  # no seed could outweigh the smallest topic (the common case once rho_t is small)
     counts = np.asarray(batch.counts, dtype=np.float64)  # float64 already: no copy
     local = batch.local.astype(np.int64)
-    cos = _doc_topic_cosine(batch.doc_ptr, local, counts, batch.uniq, state.mu, state.scale, state.beta)
+    cos = doc_topic_cosine(batch, local, counts, state, runner)
     dist = np.maximum(1.0 - cos, 0.0)
     order = np.argsort(after, kind="stable")
     out = []
@@ -201,5 +238,6 @@ def births_for(model, batch, summary: Summary | None, head_key=None, rng: np.ran
         return summary, []
     if not np.array_equal(summary.word_ids, batch.uniq):  # seeds index the batch's words as the summary's rows
         return summary, []
-    births = propose_births(model.state, model.updater, batch, summary, model.rng if rng is None else rng)
+    births = propose_births(model.state, model.updater, batch, summary, model.rng if rng is None else rng,
+                            runner=getattr(model.local_step, "runner", None))
     return with_seeds(summary, births, model.n_topics), [k for k, _, _ in births]
