@@ -199,7 +199,46 @@ def section_threads(args, name: str) -> dict:
     cp = {t: critical_path(s, K, t) for t in (1, 2)}
     print_critical_path(cp, s.n_tokens, sum(map(len, s.test)))
     out["critical_path"] = cp
+    out["hardware_ceiling"] = hardware_ceiling(s, K)
     return out
+
+
+def hardware_ceiling(s: Setting, K: int, rounds: int = 5, reps: int = 4) -> dict:
+    """What two threads can gain on this machine at most: two single-threaded local steps (each
+    its own model, threads=1, nothing shared, no hand-overs) running side by side, against one
+    alone. Below 2x when the cores slow down together (a shared clock budget, L3 and memory
+    bandwidth, a hypervisor), which no threading scheme can win back."""
+    import copy
+    import threading
+
+    m = TopicModel(n_topics=K, threads=1)
+    for lo in range(0, min(s.n_docs, 10 * BATCH), BATCH):
+        m.partial_fit(s.train[lo:lo + BATCH])
+    twin = copy.deepcopy(m)
+    batch = m.prepare(m.tokenize(s.test[:2 * BATCH]), grow=False)
+    m.infer_counts(batch)
+
+    def work(model):
+        for _ in range(reps):
+            model.infer_counts(batch)
+
+    ratios = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        work(m)
+        one = time.perf_counter() - t0
+        ts = [threading.Thread(target=work, args=(x,)) for x in (m, twin)]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        ratios.append(2 * one / (time.perf_counter() - t0))
+    med = float(np.median(ratios))
+    print(f"  hardware ceiling: two independent single-threaded local steps side by side do "
+          f"{', '.join(f'{r:.2f}' for r in ratios)}x the work of one (median {med:.2f}x): the most threads=2 "
+          f"can reach here; load {load()}", flush=True)
+    return {"ratios": ratios, "median": med}
 
 
 STAGES = [  # (label, module, attribute): module functions timed by wrapping them where they are called from
