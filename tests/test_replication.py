@@ -325,3 +325,31 @@ def test_wire_values_are_half_precision_unless_too_large():
     assert small.totals[0] == 70_000.0  # word counts keep float32 (float16 would round them)
     large = roundtrip([0.5, 1e5])  # past float16's range: the whole array travels as float32
     assert np.array_equal(large.values, np.array([0.5, 1e5], dtype=np.float32).astype(np.float64))
+
+
+def test_wire_rounds_like_numpy_float16_and_leaves_out_what_rounds_to_zero():
+    """Every float16 value, every midpoint between neighbours (ties to even) and its neighbours,
+    subnormals and values far below them: the decoded record holds numpy's float16 rounding of
+    each value, without the entries that round to zero (rows keep their places)."""
+    h = np.arange(0, 0x7C00, dtype=np.uint16).view(np.float16).astype(np.float64)
+    h = h[h < 60_000]  # above, the whole array travels as float32
+    mid = (h[:-1] + h[1:]) / 2
+    rng = np.random.default_rng(5)
+    values = np.concatenate([h, mid, np.nextafter(mid, 0), np.nextafter(mid, 1), 10.0 ** rng.uniform(-60, 4.7, 20_000)])
+    values = rng.permutation(values)
+    rows = 4000
+    indptr = np.linspace(0, values.size, rows + 1).astype(np.int64)
+    topics = rng.integers(0, 100, values.size).astype(np.int32)
+    rec = UpdateRecord(Source("d", 0, 0, 1), 0, n_docs=1, known=np.arange(rows), indptr=indptr, topics=topics,
+                       values=values, totals=np.ones(rows))
+    parts = encode(rec, max_bytes=65_536)
+    assert len(parts) > 1  # split by rows as well
+    asm = Assembler()
+    got = [w for w in (asm.add(*decode(raw)) for raw in parts) if w is not None][0]
+    half = values.astype(np.float16)
+    keep = half != 0
+    assert 0 < keep.sum() < values.size
+    assert np.array_equal(got.values, half[keep].astype(np.float64))
+    assert np.array_equal(got.topics, topics[keep])
+    per_row = np.add.reduceat(keep.astype(np.int64), indptr[:-1]) if values.size else np.zeros(rows)
+    assert np.array_equal(np.diff(got.indptr), per_row) and np.array_equal(got.known, rec.known)
