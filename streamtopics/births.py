@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .parallel import ThreadRunner, claim_ranges, split_bounds
+from .parallel import ThreadRunner, claimed, split_bounds
 from .summary import Summary
 
 __all__ = ["MAX_BIRTHS", "births_for", "data_mass", "propose_births", "reset_topics", "with_seeds"]
@@ -50,17 +50,14 @@ MAX_BIRTHS = 2
 @njit(cache=True, nogil=True)
 def _topic_rows(counter, bounds, uniq, mu, scale, beta, lam):
     """lam[u] = lambda over the batch's words ``uniq`` (lambda_vk = beta + scale mu_vk), for the
-    row ranges this thread claims (``parallel.claim_ranges``)."""
+    row ranges this thread claims (``parallel.claimed``)."""
     K = mu.shape[1]
-    n = bounds.shape[0] - 1
-    while True:
-        i = claim_ranges(counter, n)
-        if i < 0:
-            return 0
-        for u in range(bounds[i], bounds[i + 1]):
+    for lo, hi in claimed(counter, bounds):
+        for u in range(lo, hi):
             row = mu[uniq[u]]
             for k in range(K):
                 lam[u, k] = beta + scale * row[k]
+    return 0
 
 
 @njit(cache=True, nogil=True)
@@ -81,12 +78,8 @@ def _doc_cosines(counter, bounds, doc_ptr, local, counts, lam, inv, out):
     """max_k cos(x_d, lam_k) of the documents in the ranges this thread claims."""
     K = lam.shape[1]
     acc = np.zeros(K)
-    n = bounds.shape[0] - 1
-    while True:
-        i = claim_ranges(counter, n)
-        if i < 0:
-            return 0
-        for d in range(bounds[i], bounds[i + 1]):
+    for lo, hi in claimed(counter, bounds):
+        for d in range(lo, hi):
             acc[:] = 0.0
             norm = 0.0
             for p in range(doc_ptr[d], doc_ptr[d + 1]):

@@ -2,7 +2,7 @@
 
 Kernels compiled with ``nogil=True`` release the GIL, so a plain thread pool runs them on
 several cores; each thread enters its kernel once and claims ranges of the work with an atomic
-counter (``claim_ranges``, ``ThreadRunner.run_claimed``).  Ranges' outputs are disjoint slices of
+counter (``claimed``, ``ThreadRunner.run_claimed``).  Ranges' outputs are disjoint slices of
 preallocated arrays, and anything that is summed is reduced afterwards in a fixed order
 (range by range, or over the whole array), so a result never depends on the number of
 threads or on which thread ran which range.
@@ -140,9 +140,21 @@ def claim_ranges(counter, n):
     return i if i < n else -1
 
 
+@njit(cache=True, nogil=True)
+def claimed(counter, bounds):
+    """The ranges ``(bounds[i], bounds[i + 1])`` this thread claims, until none is left: a kernel
+    run by ``ThreadRunner.run_claimed`` loops ``for lo, hi in claimed(counter, bounds)``."""
+    n = bounds.shape[0] - 1
+    while True:
+        i = claim_ranges(counter, n)
+        if i < 0:
+            return
+        yield bounds[i], bounds[i + 1]
+
+
 def split_bounds(weights_cum: np.ndarray, parts: int) -> np.ndarray:
     """``split_weighted`` as one int64 array of range bounds (range i: ``b[i]:b[i + 1]``), the
-    form kernels that claim their ranges (``claim_ranges``) read."""
+    form kernels that claim their ranges (``claimed``) read."""
     ranges = split_weighted(weights_cum, parts)
     return np.array([lo for lo, _ in ranges] + [ranges[-1][1]] if ranges else [0], dtype=np.int64)
 
@@ -166,8 +178,8 @@ class ThreadRunner:
 
     def run_claimed(self, fn) -> list:
         """``fn(counter)`` once on every thread, all with the same ``counter`` (a one-element int64
-        array at 0).  ``fn`` calls a numba kernel that takes its ranges with
-        ``claim_ranges(counter, n)`` until it gets -1, so the ranges are handed out GIL-free inside
+        array at 0).  ``fn`` calls a numba kernel that loops ``for lo, hi in claimed(counter, bounds)``,
+        so the ranges are handed out GIL-free inside
         the kernels; a thread never returns to Python between two of them.  (Returning costs little
         alone, but beside a thread that runs Python, such as the daemon's publisher and read-ahead,
         each return waits for the GIL, up to the 5 ms switch interval, while its core idles.)

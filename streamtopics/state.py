@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from ._numeric import digamma
-from .parallel import claim_ranges, split_bounds
+from .parallel import claimed, split_bounds
 
 _RESCALE_BELOW = 1e-60
 
@@ -46,24 +46,18 @@ def expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, u0, u1):
 
 @njit(cache=True, nogil=True)
 def expected_log_phi_claimed(counter, bounds, mu, scale, beta, rows, psi_tot, common, out):
-    """``expected_log_phi_rows`` over the ranges this thread claims (``parallel.claim_ranges``)."""
-    n = bounds.shape[0] - 1
-    while True:
-        i = claim_ranges(counter, n)
-        if i < 0:
-            return 0
-        expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, bounds[i], bounds[i + 1])
+    """``expected_log_phi_rows`` over the ranges this thread claims (``parallel.claimed``)."""
+    for lo, hi in claimed(counter, bounds):
+        expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, lo, hi)
+    return 0
 
 
 @njit(cache=True, nogil=True)
 def scatter_claimed(counter, bounds, mu, word_ids, indptr, topics, values, factor):
     """``scatter_rows`` over the ranges this thread claims."""
-    n = bounds.shape[0] - 1
-    while True:
-        i = claim_ranges(counter, n)
-        if i < 0:
-            return 0
-        scatter_rows(mu, word_ids, indptr, topics, values, factor, bounds[i], bounds[i + 1])
+    for lo, hi in claimed(counter, bounds):
+        scatter_rows(mu, word_ids, indptr, topics, values, factor, lo, hi)
+    return 0
 
 
 @njit(cache=True, nogil=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from .parallel import claim_ranges, split_bounds
+from .parallel import claimed, split_bounds
 
 
 @dataclass
@@ -162,14 +162,10 @@ def summary_words(u0, u1, start, order, cnt, top_idx, top_r, top_n, bound, K, tm
 @njit(cache=True, nogil=True)
 def summary_words_claimed(counter, bounds, start, order, cnt, top_idx, top_r, top_n, bound, K, tmp_topics, tmp_values,
                           count):
-    """``summary_words`` over the word ranges this thread claims (``parallel.claim_ranges``)."""
-    n = bounds.shape[0] - 1
-    while True:
-        i = claim_ranges(counter, n)
-        if i < 0:
-            return 0
-        summary_words(bounds[i], bounds[i + 1], start, order, cnt, top_idx, top_r, top_n, bound, K, tmp_topics,
-                      tmp_values, count)
+    """``summary_words`` over the word ranges this thread claims (``parallel.claimed``)."""
+    for lo, hi in claimed(counter, bounds):
+        summary_words(lo, hi, start, order, cnt, top_idx, top_r, top_n, bound, K, tmp_topics, tmp_values, count)
+    return 0
 
 
 @njit(cache=True, nogil=True)

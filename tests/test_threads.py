@@ -125,22 +125,20 @@ def test_claimed_ranges_are_each_taken_exactly_once_beside_a_python_thread():
 
     from numba import njit
 
-    from streamtopics.parallel import ThreadRunner, claim_ranges, split_bounds
+    from streamtopics.parallel import ThreadRunner, claimed, split_bounds
 
     @njit(nogil=True)
     def mark(counter, bounds, hits, work):
         taken = 0
-        while True:
-            i = claim_ranges(counter, bounds.shape[0] - 1)
-            if i < 0:
-                return taken
-            for j in range(bounds[i], bounds[i + 1]):
+        for lo, hi in claimed(counter, bounds):
+            for j in range(lo, hi):
                 hits[j] += 1
                 x = 0.0
                 for t in range(200):  # some work per item, so the threads overlap
                     x += t * 0.5
                 work[j] = x
             taken += 1
+        return taken
 
     stop = threading.Event()
 

@@ -43,7 +43,7 @@ import numpy as np
 from numba import njit
 
 from .._numeric import digamma, select_top
-from ..parallel import ThreadRunner, claim_ranges, split_bounds
+from ..parallel import ThreadRunner, claimed, split_bounds
 from ..summary import LocalResult, Summary, summarize_sparse
 
 
@@ -687,13 +687,10 @@ def dense_doc_reference(C, cnt, alpha, max_iter, tol):
 
 @njit(cache=True, nogil=True)
 def word_top_claimed(counter, bounds, C, L, idx, val, cmax, eC):
-    """``word_top_rows`` over the ranges ``bounds[i]:bounds[i + 1]`` this thread claims."""
-    n = bounds.shape[0] - 1
-    while True:
-        i = claim_ranges(counter, n)
-        if i < 0:
-            return 0
-        word_top_rows(C, L, idx, val, cmax, eC, bounds[i], bounds[i + 1])
+    """``word_top_rows`` over the ranges this thread claims (``parallel.claimed``)."""
+    for lo, hi in claimed(counter, bounds):
+        word_top_rows(C, L, idx, val, cmax, eC, lo, hi)
+    return 0
 
 
 @njit(cache=True, nogil=True)
@@ -702,20 +699,17 @@ def lsparse_docs_claimed(counter, bounds, C, cmax, eC, init_idx, init_val, doc_p
                          doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc, sup_rho,
                          sup_kappa):
     """``lsparse_docs`` over the document ranges ``bounds[i]:bounds[i + 1]`` this thread claims
-    (``parallel.claim_ranges``); returns the restarts tried and accepted in them."""
-    n = bounds.shape[0] - 1
+    (``parallel.claimed``); returns the restarts tried and accepted in them."""
     tried = 0
     accepted = 0
-    while True:
-        i = claim_ranges(counter, n)
-        if i < 0:
-            return tried, accepted
-        t, a = lsparse_docs(bounds[i], bounds[i + 1], C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc,
+    for lo, hi in claimed(counter, bounds):
+        t, a = lsparse_docs(lo, hi, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc,
                             max_iter, tol, eps, restart_trials, restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps,
                             sup_damp, doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc,
                             sup_rho, sup_kappa)
         tried += t
         accepted += a
+    return tried, accepted
 
 
 def run_lsparse(runner, C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restart_trials, restart_iters,
