@@ -45,6 +45,7 @@ streamtopics_partition_resets_total            counter
 streamtopics_partition_quarantined             gauge      partition
 streamtopics_offsets_skipped_total             counter    reason (ledger's SKIP_REASONS)
 streamtopics_kafka_client_recreations_total    counter    client (consumer, producer)
+streamtopics_consumer_joins_abandoned_total    counter
 streamtopics_topic_creations_total             counter
 streamtopics_snapshot_consecutive_failures     gauge
 streamtopics_build_info                        info       version, engine, update
@@ -296,6 +297,10 @@ class Metrics:
         self.client_recreations = Counter(
             "streamtopics_kafka_client_recreations_total",
             "Kafka clients rebuilt after fatal errors.", ["client"], registry=r)
+        self.joins_abandoned = Counter(
+            "streamtopics_consumer_joins_abandoned_total",
+            "Consumer group joins that did not complete in 3 session timeouts of polling; the consumer "
+            "was rebuilt (also counted in streamtopics_kafka_client_recreations_total).", registry=r)
         self.topic_creations = Counter(
             "streamtopics_topic_creations_total",
             "Times the daemon (re)created missing topics (start-up, or a broker that lost them).",
@@ -503,6 +508,7 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_partition_quarantined": "gauge",
     "streamtopics_offsets_skipped_total": "counter",
     "streamtopics_kafka_client_recreations_total": "counter",
+    "streamtopics_consumer_joins_abandoned_total": "counter",
     "streamtopics_topic_creations_total": "counter",
     "streamtopics_snapshot_consecutive_failures": "gauge",
     "streamtopics_topic_coherence_npmi": "gauge",

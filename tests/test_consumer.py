@@ -118,3 +118,48 @@ def test_decode_ahead_decodes_the_next_batches_once_and_batches_stay_the_same(br
         assert sorted(calls) == list(range(50))  # every record decoded exactly once
     finally:
         c.close()
+
+
+def test_a_group_join_that_never_completes_is_abandoned_and_the_partition_read(broker, fresh_topic):
+    """A JoinGroup whose response never comes holds a kafka-python consumer without partitions
+    until the rebalance timeout (max_poll_interval_ms + 5 s: over 5 minutes by default); CI saw
+    a daemon stay unready for 2 minutes after a broker restart. The first client's join is made
+    to hang (the broker is real); the consumer gives up after ``join_patience_s`` of polling,
+    builds a new client, which joins, and reads every record."""
+    from kafka import KafkaConsumer
+
+    topic = fresh_topic()
+    _produce(broker.bootstrap, topic, [msgpack.packb(i) for i in range(20)])
+    made = []
+
+    def factory(**kw):
+        client = KafkaConsumer(**kw)
+        if not made:
+            coord = client._coordinator
+
+            async def hang():
+                await coord._manager._net.sleep(3600)
+
+            coord._do_join_and_sync_async = hang
+        made.append(client)
+        return client
+
+    c = BatchingConsumer(
+        {"bootstrap_servers": broker.bootstrap, "group_id": f"g-{uuid.uuid4().hex[:8]}",
+         "session_timeout_ms": 2000, "heartbeat_interval_ms": 500, "auto_offset_reset": "earliest",
+         "enable_auto_commit": False, "fetch_max_wait_ms": 50},
+        topic, max_docs=10, max_wait_ms=60000, decode=lambda r: (msgpack.unpackb(r.value), 1),
+        factory=factory)
+    assert c.join_patience_s == 6.0
+    try:
+        got: list = []
+        t0 = time.monotonic()
+        while len(got) < 20 and time.monotonic() - t0 < 60:
+            b = c.next_batch(0.2)
+            if b is not None:
+                got += b.decoded
+        assert got == list(range(20))
+        assert len(made) == 2 and c.joins_abandoned == 1 and c.recreated == 1
+        assert time.monotonic() - t0 >= c.join_patience_s  # not before its patience ran out
+    finally:
+        c.close()

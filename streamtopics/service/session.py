@@ -133,6 +133,7 @@ class KafkaSession:
         self._reader: threading.Thread | None = None
         self._topics_check_at = 0.0   # next check for topics a broker lost (create_topics)
         self._recreations_seen = {"consumer": 0, "producer": 0}
+        self._abandoned_seen = 0      # consumer group joins given up (BatchingConsumer.joins_abandoned)
 
     # -- clients -------------------------------------------------------------------------
 
@@ -234,6 +235,10 @@ class KafkaSession:
             if n > self._recreations_seen[name]:
                 self.telemetry.on_client_recreated(name, n - self._recreations_seen[name])
                 self._recreations_seen[name] = n
+        abandoned = self.consumer.joins_abandoned if self.consumer is not None else 0
+        if abandoned > self._abandoned_seen:
+            self.telemetry.on_joins_abandoned(abandoned - self._abandoned_seen)
+            self._abandoned_seen = abandoned
         up = self.consumer is not None and self.consumer.connected() and (
             self.publisher.healthy if self.publisher is not None else False)
         self.telemetry.on_broker(up, self.cfg.kafka.bootstrap_servers)

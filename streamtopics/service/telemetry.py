@@ -98,6 +98,9 @@ class Telemetry:
     def on_client_recreated(self, client: str, n: int) -> None:
         self.metrics.client_recreations.labels(client=client).inc(n)
 
+    def on_joins_abandoned(self, n: int) -> None:
+        self.metrics.joins_abandoned.inc(n)
+
     def on_lag(self, lag: dict[int, int]) -> None:
         for p, v in lag.items():
             self.metrics.set_lag(p, v)

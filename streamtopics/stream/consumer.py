@@ -26,7 +26,10 @@ partition is re-read from its beginning and ``on_reset`` tells the daemon.
 Buffers are bounded: a partition holding ``4 * max_docs`` unprocessed records is
 paused until the daemon has taken some. Kafka errors never escape: they are
 logged, polling backs off, and after repeated failures the KafkaConsumer is
-rebuilt.
+rebuilt. So is a consumer whose group join does not complete (``join_patience_s``
+of polling, 3 session timeouts): a JoinGroup whose response never comes would
+otherwise hold it without partitions until the rebalance timeout (kafka-python:
+``max_poll_interval_ms`` + 5 s, over 5 minutes by default).
 """
 from __future__ import annotations
 
@@ -47,6 +50,9 @@ __all__ = ["BatchingConsumer", "RecordBatch"]
 log = logging.getLogger(__name__)
 
 _RECREATE_AFTER = 5  # consecutive poll failures before the client is rebuilt
+# A healthy join takes about half a session timeout (tansu) and a rebalance waits at most one
+# session timeout for a dead member to be expelled: three of them without completing is stuck.
+_JOIN_PATIENCE_SESSIONS = 3.0
 
 
 @dataclass
@@ -135,6 +141,14 @@ class BatchingConsumer:
         self.undecoded = self._buffers.undecoded  # set when records arrive: work for decode_ahead
         self.resets = 0  # partition logs found recreated behind our offsets
         self.last_error: str | None = None
+        session_s = float(self._kwargs.get("session_timeout_ms", 10000)) / 1000.0
+        self.join_patience_s = _JOIN_PATIENCE_SESSIONS * session_s
+        self._patience_s = self.join_patience_s  # doubles after each abandoned join, up to 8x
+        self._stable_for_s = 0.5 * session_s     # stable this long: the join counts as done
+        self._joining_s = 0.0                    # polled time spent joining since the last stable group
+        self._stable_since: float | None = None
+        self._last_poll: float | None = None
+        self.joins_abandoned = 0
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -176,11 +190,51 @@ class BatchingConsumer:
             self.rejoins_forced += 1
             coord.request_rejoin()
 
+    def _watch_join(self, now: float) -> bool:
+        """Rebuild the client when its group join has not completed in ``join_patience_s`` of
+        polling (time the caller spent elsewhere is not counted: at most 1 s per poll). A group
+        that keeps rejoining counts as joining until it stays stable for half a session.
+        True when the client was rebuilt (what the old one returned is dropped)."""
+        coord = getattr(self._consumer, "_coordinator", None)
+        task = getattr(coord, "_join_task", None)
+        try:
+            joining = bool(coord.need_rejoin()) or (task is not None and not task.is_done)
+        except Exception:  # noqa: BLE001 - kafka-python internals changed: nothing to watch
+            return False
+        last, self._last_poll = self._last_poll, now
+        if not joining:
+            if self._stable_since is None:
+                self._stable_since = now
+            if now - self._stable_since >= self._stable_for_s:
+                self._joining_s = 0.0
+                self._patience_s = self.join_patience_s
+            return False
+        self._stable_since = None
+        if last is not None:
+            self._joining_s += min(1.0, max(0.0, now - last))
+        if self._joining_s < self._patience_s:
+            return False
+        waited, self._joining_s = self._joining_s, 0.0
+        self.joins_abandoned += 1
+        self._patience_s = min(2.0 * self._patience_s, 8.0 * self.join_patience_s)
+        try:
+            self._recreate(f"group join not completed after {waited:.0f} s of polling")
+        except Exception as exc:  # noqa: BLE001 - broker away: next_batch starts a client again
+            log.error("could not recreate the consumer", extra={"error": repr(exc)})
+        return True
+
+    def join_progress(self) -> dict:
+        """For /readyz: polled seconds of the current group join, the patience before the client
+        is rebuilt, and how many joins were abandoned so far."""
+        return {"joining_s": round(self._joining_s, 1), "patience_s": self._patience_s,
+                "abandoned": self.joins_abandoned}
+
     def _recreate(self, why: str) -> None:
         log.warning("recreating Kafka consumer", extra={"reason": why})
         self.recreated += 1
         self.close()
         self._failures = 0
+        self._last_poll = self._stable_since = None
         self.start()
 
     # -- rebalance callbacks (kafka-python's IO thread, while poll() runs) --------------
@@ -323,6 +377,8 @@ class BatchingConsumer:
             return
         self._heal_lost_join()
         now = time.monotonic()
+        if self._watch_join(now):
+            return
         with self._lock:
             for tp, recs in records.items():
                 if not self._buffers.accepts(tp):  # revoked while the fetch was in flight, or held
