@@ -152,3 +152,30 @@ def test_supervised_replicas_share_one_classifier(broker, fresh_topic, tmp_path)
     # prequential accuracy of the shared classifier, after its first few updates
     assert late and np.mean([p["label"] == truth[p["id"]] for p in late]) > 0.5
     assert all(set(p["scores"]) <= set(truth.values()) for p in labelled)
+
+
+def test_a_new_replica_sends_one_batch_of_tokens_before_it_has_topics(broker, fresh_topic, tmp_path):
+    """A model with no topics computes records that carry their tokens: applying one runs the
+    whole local step on every replica, and its replica runs it once more for the predictions.
+    Computing on at the staleness bound sent four of them before the first came back; the
+    second batch now waits for the first record's topics, so the log holds exactly one."""
+    from streamtopics.service.replication import Assembler, decode
+
+    topics = {"input": fresh_topic(prefix="in"), "output": fresh_topic(prefix="out"),
+              "dead_letter": fresh_topic(prefix="dlq")}
+    updates = fresh_topic(prefix="upd")
+    n = 12 * 64
+    from test_daemon import _produce  # noqa: E402
+
+    _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in _docs(n)])  # all there before it starts
+    cfg = _cfg(broker.bootstrap, topics, tmp_path / "a", batch={"max_docs": 64},
+               replication={"enabled": True, "updates_topic": updates, "max_staleness": 4, "replica_id": "a"})
+    with _running(cfg) as d:
+        _wait(lambda: _learned(d) >= n, 120, "all documents learned")
+        assert d.replica.applied == 12  # one record per batch (its claim is not counted)
+    asm, kinds = Assembler(), []
+    for r in _read_all(broker.bootstrap, updates, want=13, timeout_s=30):
+        rec = asm.add(*decode(r.value))
+        if rec is not None and rec.kind != "claim":
+            kinds.append(rec.kind)
+    assert kinds == ["batch"] + ["summary"] * 11

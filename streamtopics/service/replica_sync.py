@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -34,6 +35,9 @@ log = logging.getLogger("streamtopics.daemon")
 # A split record's parts are sent together; one still open this many offsets after its first
 # part will not complete (its writer died between parts).
 OPEN_PART_SPAN = 10_000
+# How long a replica with no topics yet waits for its first batch record to come back applied
+# before computing its next batch (see ReplicaMode.compute); a round trip takes 0.1-0.3 s.
+FIRST_TOPICS_WAIT_S = 5.0
 
 
 class ReplicaSync:
@@ -157,6 +161,12 @@ class ReplicaSync:
         self.telemetry.on_update_lag(max(0, self._end - self.replica.offset))
         return n
 
+    def apply_next(self, timeout_s: float) -> int:
+        """Apply the next record, waiting up to ``timeout_s`` for the reader to deliver one, then
+        whatever else it has decoded."""
+        item = self._reader.take(timeout_s=timeout_s)
+        return (self._apply(item) if item is not None else 0) + self.apply_fetched()
+
     def _apply(self, item: Fetched) -> int:
         """One message from the reader, in log order: a whole record is applied at its offset;
         a part (its record completes later) or a message that is not a record only moves the
@@ -264,6 +274,9 @@ class ReplicaMode:
         # has always been predicted, so a partition's next owner may resume where coverage ends.
         self.pending: dict[tuple[str, int], UpdateRecord] = {}
         self.shipper = SnapshotShipper(cfg, self.replica_id) if cfg.replication.snapshots_topic else None
+        # the daemon's collection of acknowledged predictions (whose records then go to the log)
+        self.collect: Callable[[], None] = lambda: None
+        self._untopical_sent = False  # a batch record computed while the model had no topics
 
     def fetch_snapshot(self, store) -> None:
         """Start-up with an empty snapshot directory: the newest snapshot shipped to Kafka, if any."""
@@ -297,6 +310,8 @@ class ReplicaMode:
         """The batch's update record to the log (the model learns it when the log is applied),
         and its predictions from the same local step. ``span``: the batch's source offsets;
         ``labels``: its documents' targets (supervised models)."""
+        if self._untopical_sent and not self.replica.model.state.initialized:
+            self._await_first_topics()
         self.sync.bounded()
         if span.key and span.key not in self.replica.claims:
             # The claim at assignment did not get through. (A claim of ours that another replica's
@@ -311,6 +326,7 @@ class ReplicaMode:
         topic, _, partition = span.key.rpartition(":")
         source = Source(topic, int(partition), span.first, span.next, ledger.epoch(span.key))
         rec, out = self.replica.compute(tokens, source, labels, kernels=self._kernels)
+        self._untopical_sent = self._untopical_sent or rec.kind == "batch"
         if out is None:
             # No topics yet: predict with a scratch copy that applies this record as the log will.
             scratch = Replica(copy.deepcopy(model), offset=self.replica.offset)
@@ -318,6 +334,25 @@ class ReplicaMode:
             out = _predicted(scratch.model.process(scratch.model.prepare(tokens, grow=False), learn=False))
         self.pending[(span.key, span.first)] = rec
         return out
+
+    def _await_first_topics(self) -> None:
+        """A model with no topics computes a batch record that carries its tokens: every replica
+        runs the whole local step when applying it, and its computing replica once more, on a copy,
+        for the predictions. At the default staleness bound a new replica would send four of them
+        before the first came back. So, once, the next batch waits (up to ``FIRST_TOPICS_WAIT_S``)
+        for the topics: acknowledged predictions are collected (their records go to the log) and
+        the log is applied as it arrives; the publisher and writer threads run meanwhile."""
+        self._untopical_sent = False  # once: a first batch without tokens initializes nothing
+        t0 = time.monotonic()
+        model = self.replica.model
+        with self._kernels():
+            while not model.state.initialized and time.monotonic() - t0 < FIRST_TOPICS_WAIT_S:
+                self._tick()
+                self.collect()
+                self.sync.apply_next(timeout_s=0.01)
+        log.info("first topics from the update log" if model.state.initialized else
+                 "no topics from the update log yet; computing on", extra={
+                     "waited_s": round(time.monotonic() - t0, 3), "update_offset": self.replica.offset})
 
     def claim(self, key: str, epoch: int, timeout_s: float | None = 30.0) -> bool:
         """Own the input partition ``key`` in the log: publish a claim and apply the log through
