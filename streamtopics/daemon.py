@@ -160,11 +160,7 @@ class Daemon:
         return alive, {"loop_heartbeat_age_s": round(age, 3), "stale_after_s": self.stale_after_s}
 
     def readiness(self) -> tuple[bool, dict]:
-        ok, info = self.telemetry.readiness(self.book, self.model, self._stop.is_set())
-        c = self.session.consumer
-        if c is not None and not info["partitions"]:
-            info["group_join"] = c.join_progress()  # why no partition: joining, for how long
-        return ok, info
+        return self.telemetry.readiness(self.book, self.model, self._stop.is_set(), self.session.consumer)
 
     # -- the loop ------------------------------------------------------------------------
 

@@ -154,12 +154,16 @@ def test_a_group_join_that_never_completes_is_abandoned_and_the_partition_read(b
     try:
         got: list = []
         t0 = time.monotonic()
+        seen_joining = 0.0
         while len(got) < 20 and time.monotonic() - t0 < 60:
             b = c.next_batch(0.2)
             if b is not None:
                 got += b.decoded
+            if len(made) == 1:
+                seen_joining = max(seen_joining, c.join_progress()["joining_s"])
         assert got == list(range(20))
         assert len(made) == 2 and c.joins_abandoned == 1 and c.recreated == 1
+        assert seen_joining >= 3.0 and c.join_progress()["abandoned"] == 1  # what /readyz shows meanwhile
         assert time.monotonic() - t0 >= c.join_patience_s  # not before its patience ran out
     finally:
         c.close()

@@ -101,3 +101,16 @@ def test_a_partition_that_keeps_resetting_is_quarantined_held_and_not_ready(tmp_
     assert d.metrics.partition_quarantined.labels(partition="0")._value.get() == 1
     assert d.book.admit(_batch(range(0, 5)), "tid") is None  # nothing more is learned from it
     assert d.book.assign([("docs", 0)]) == [("docs", 0)]     # held again when re-assigned
+
+
+def test_readiness_says_how_long_the_group_join_has_taken_while_no_partition_is_assigned(tmp_path):
+    d = Daemon(Config.from_dict({"snapshot": {"dir": str(tmp_path)}, "topics": {"input": "docs"}}, env={}),
+               serve_metrics=False)
+    d.model = SimpleNamespace(version=0)
+    d.telemetry.on_broker(True)
+    d.session.consumer = SimpleNamespace(join_progress=lambda: {"joining_s": 12.5, "patience_s": 30.0, "abandoned": 0})
+    ok, info = d.readiness()
+    assert not ok and info["group_join"] == {"joining_s": 12.5, "patience_s": 30.0, "abandoned": 0}
+    d.book.assign([("docs", 0)])
+    ok, info = d.readiness()
+    assert ok and "group_join" not in info

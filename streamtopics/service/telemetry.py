@@ -77,8 +77,9 @@ class Telemetry:
             log.info("ready" if ok else "not ready", extra=info)
         self.metrics.set_ready(ok)
 
-    def readiness(self, book, model, stopping: bool) -> tuple[bool, dict]:
-        """/readyz: partitions assigned, broker up, model loaded, not stopping, none quarantined."""
+    def readiness(self, book, model, stopping: bool, consumer=None) -> tuple[bool, dict]:
+        """/readyz: partitions assigned, broker up, model loaded, not stopping, none quarantined.
+        With no partition assigned, the ``consumer``'s group join progress says why."""
         quarantined = book.ledger.quarantined()
         up = self.broker_up
         ok = bool(book.assigned) and up and model is not None and not stopping and not quarantined
@@ -86,6 +87,8 @@ class Telemetry:
                "model_version": model.version if model is not None else None, "stopping": stopping}
         if quarantined:
             out["quarantined"] = quarantined
+        if consumer is not None and not out["partitions"]:
+            out["group_join"] = consumer.join_progress()
         return ok, out
 
     @property
