@@ -192,16 +192,21 @@ class BatchingConsumer:
 
     def _watch_join(self, now: float) -> bool:
         """Rebuild the client when its group join has not completed in ``join_patience_s`` of
-        polling (time the caller spent elsewhere is not counted: at most 1 s per poll). A group
-        that keeps rejoining counts as joining until it stays stable for half a session.
+        polling (time the caller spent elsewhere is not counted: at most 1 s per poll), with a
+        coordinator known (a broker away is not a join that hangs: reconnecting is kafka-python's).
+        A group that keeps rejoining counts as joining until it stays stable for half a session.
         True when the client was rebuilt (what the old one returned is dropped)."""
         coord = getattr(self._consumer, "_coordinator", None)
         task = getattr(coord, "_join_task", None)
         try:
             joining = bool(coord.need_rejoin()) or (task is not None and not task.is_done)
+            reachable = coord.coordinator_id is not None
         except Exception:  # noqa: BLE001 - kafka-python internals changed: nothing to watch
             return False
         last, self._last_poll = self._last_poll, now
+        if joining and not reachable:
+            self._stable_since = None
+            return False
         if not joining:
             if self._stable_since is None:
                 self._stable_since = now
