@@ -167,3 +167,43 @@ def test_a_group_join_that_never_completes_is_abandoned_and_the_partition_read(b
         assert time.monotonic() - t0 >= c.join_patience_s  # not before its patience ran out
     finally:
         c.close()
+
+
+def test_a_client_that_cannot_be_rebuilt_is_retried_without_raising(broker, fresh_topic):
+    """A rebuild (after poll failures, or an abandoned join) while the broker goes away leaves
+    no client: kafka-python's constructor raises when it cannot bootstrap. ``next_batch`` then
+    says "no batch" and builds it again later, instead of raising into the daemon's loop
+    (which would end the daemon). The failed build is a real one, against a closed port."""
+    from kafka import KafkaConsumer
+
+    topic = fresh_topic()
+    _produce(broker.bootstrap, topic, [msgpack.packb(i) for i in range(10)])
+    calls = []
+
+    def factory(**kw):
+        calls.append(1)
+        if len(calls) == 2:  # the broker is away just then
+            return KafkaConsumer(**{**kw, "bootstrap_servers": "127.0.0.1:1", "bootstrap_timeout_ms": 300})
+        return KafkaConsumer(**kw)
+
+    c = BatchingConsumer(
+        {"bootstrap_servers": broker.bootstrap, "group_id": f"g-{uuid.uuid4().hex[:8]}",
+         "session_timeout_ms": 2000, "heartbeat_interval_ms": 500, "auto_offset_reset": "earliest",
+         "enable_auto_commit": False, "fetch_max_wait_ms": 50},
+        topic, max_docs=10, max_wait_ms=60000, decode=lambda r: (msgpack.unpackb(r.value), 1), factory=factory,
+        start_offset=lambda tp: 0)  # the owner says where to resume (the daemon: its model's offsets)
+    try:
+        def read_all():
+            for _ in range(300):
+                b = c.next_batch(0.1)
+                if b is not None:
+                    return b.decoded
+            return None
+
+        assert read_all() == list(range(10))
+        c.close()                        # what a failed rebuild leaves: no client
+        assert c.next_batch(0.1) is None and len(calls) == 2 and "KafkaTimeoutError" in c.last_error
+        got = read_all()
+        assert len(calls) == 3 and got == list(range(10))  # built again, resumed where its owner said
+    finally:
+        c.close()

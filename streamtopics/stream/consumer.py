@@ -234,6 +234,23 @@ class BatchingConsumer:
         return {"joining_s": round(self._joining_s, 1), "patience_s": self._patience_s,
                 "abandoned": self.joins_abandoned}
 
+    def _ensure_client(self) -> bool:
+        """A client exists, or is built now. A rebuild that failed (the broker went away as it
+        was rebuilt: kafka-python cannot bootstrap) leaves none; building it again is retried
+        here, with a backoff, instead of raising into the caller's loop."""
+        if self._consumer is not None:
+            return True
+        try:
+            self.start()
+            return True
+        except Exception as exc:  # noqa: BLE001 - broker away: the next call tries again
+            self._failures += 1
+            self.last_error = repr(exc)
+            log.warning("could not build the Kafka consumer; retrying", extra={
+                "error": repr(exc), "consecutive": self._failures})
+            time.sleep(min(5.0, 0.1 * 2 ** min(self._failures, 6)))
+            return False
+
     def _recreate(self, why: str) -> None:
         log.warning("recreating Kafka consumer", extra={"reason": why})
         self.recreated += 1
@@ -340,8 +357,8 @@ class BatchingConsumer:
 
     def next_batch(self, timeout_s: float, should_stop: Callable[[], bool] = lambda: False) -> RecordBatch | None:
         """The next batch, or None after ``timeout_s`` without one (or when ``should_stop()``)."""
-        if self._consumer is None:
-            self.start()
+        if not self._ensure_client():
+            return None
         deadline = time.monotonic() + timeout_s
         while True:
             batch = self._take_ready(time.monotonic())
