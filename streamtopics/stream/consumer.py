@@ -45,7 +45,7 @@ from kafka.structs import OffsetAndMetadata
 
 from .batching import PartitionBuffers
 
-__all__ = ["BatchingConsumer", "RecordBatch"]
+__all__ = ["BatchingConsumer", "JoinWatch", "RecordBatch"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,61 @@ class _Listener(ConsumerRebalanceListener):
 
     def on_partitions_assigned(self, assigned):
         self.owner._on_assigned(assigned)
+
+
+class JoinWatch:
+    """When to give a consumer-group join up: after ``patience_s`` (3 session timeouts) of polling
+    while a join is in progress and a coordinator is known (a broker away is not a join that
+    hangs: reconnecting is kafka-python's). Time the caller spent elsewhere is not counted (at
+    most 1 s per poll); a group that keeps rejoining counts as joining until it stays stable for
+    half a session. The patience doubles after each join given up, up to 8x, and is reset once a
+    group stays stable."""
+
+    def __init__(self, session_s: float) -> None:
+        self.patience_s = _JOIN_PATIENCE_SESSIONS * session_s
+        self._patience_s = self.patience_s
+        self._stable_for_s = 0.5 * session_s
+        self._joining_s = 0.0               # polled time spent joining since the group was last stable
+        self._stable_since: float | None = None
+        self._last_poll: float | None = None
+        self.abandoned = 0
+
+    def observe(self, coord, now: float) -> float | None:
+        """After a poll of the client whose coordinator is ``coord``: the seconds spent joining
+        when the join is given up now, else None."""
+        task = getattr(coord, "_join_task", None)
+        try:
+            joining = bool(coord.need_rejoin()) or (task is not None and not task.is_done)
+            reachable = coord.coordinator_id is not None
+        except Exception:  # noqa: BLE001 - kafka-python internals changed: nothing to watch
+            return None
+        last, self._last_poll = self._last_poll, now
+        if joining and not reachable:
+            self._stable_since = None
+            return None
+        if not joining:
+            if self._stable_since is None:
+                self._stable_since = now
+            if now - self._stable_since >= self._stable_for_s:
+                self._joining_s = 0.0
+                self._patience_s = self.patience_s
+            return None
+        self._stable_since = None
+        if last is not None:
+            self._joining_s += min(1.0, max(0.0, now - last))
+        if self._joining_s < self._patience_s:
+            return None
+        waited, self._joining_s = self._joining_s, 0.0
+        self.abandoned += 1
+        self._patience_s = min(2.0 * self._patience_s, 8.0 * self.patience_s)
+        return waited
+
+    def restart(self) -> None:
+        """A new client: its first poll starts the count."""
+        self._last_poll = self._stable_since = None
+
+    def progress(self) -> dict:
+        return {"joining_s": round(self._joining_s, 1), "patience_s": self._patience_s, "abandoned": self.abandoned}
 
 
 class BatchingConsumer:
@@ -141,14 +196,8 @@ class BatchingConsumer:
         self.undecoded = self._buffers.undecoded  # set when records arrive: work for decode_ahead
         self.resets = 0  # partition logs found recreated behind our offsets
         self.last_error: str | None = None
-        session_s = float(self._kwargs.get("session_timeout_ms", 10000)) / 1000.0
-        self.join_patience_s = _JOIN_PATIENCE_SESSIONS * session_s
-        self._patience_s = self.join_patience_s  # doubles after each abandoned join, up to 8x
-        self._stable_for_s = 0.5 * session_s     # stable this long: the join counts as done
-        self._joining_s = 0.0                    # polled time spent joining since the last stable group
-        self._stable_since: float | None = None
-        self._last_poll: float | None = None
-        self.joins_abandoned = 0
+        self._join_watch = JoinWatch(float(self._kwargs.get("session_timeout_ms", 10000)) / 1000.0)
+        self.join_patience_s = self._join_watch.patience_s
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -191,48 +240,25 @@ class BatchingConsumer:
             coord.request_rejoin()
 
     def _watch_join(self, now: float) -> bool:
-        """Rebuild the client when its group join has not completed in ``join_patience_s`` of
-        polling (time the caller spent elsewhere is not counted: at most 1 s per poll), with a
-        coordinator known (a broker away is not a join that hangs: reconnecting is kafka-python's).
-        A group that keeps rejoining counts as joining until it stays stable for half a session.
-        True when the client was rebuilt (what the old one returned is dropped)."""
-        coord = getattr(self._consumer, "_coordinator", None)
-        task = getattr(coord, "_join_task", None)
-        try:
-            joining = bool(coord.need_rejoin()) or (task is not None and not task.is_done)
-            reachable = coord.coordinator_id is not None
-        except Exception:  # noqa: BLE001 - kafka-python internals changed: nothing to watch
+        """Rebuild the client when ``JoinWatch`` gives its group join up; True when it was rebuilt
+        (what the old client returned is dropped)."""
+        waited = self._join_watch.observe(getattr(self._consumer, "_coordinator", None), now)
+        if waited is None:
             return False
-        last, self._last_poll = self._last_poll, now
-        if joining and not reachable:
-            self._stable_since = None
-            return False
-        if not joining:
-            if self._stable_since is None:
-                self._stable_since = now
-            if now - self._stable_since >= self._stable_for_s:
-                self._joining_s = 0.0
-                self._patience_s = self.join_patience_s
-            return False
-        self._stable_since = None
-        if last is not None:
-            self._joining_s += min(1.0, max(0.0, now - last))
-        if self._joining_s < self._patience_s:
-            return False
-        waited, self._joining_s = self._joining_s, 0.0
-        self.joins_abandoned += 1
-        self._patience_s = min(2.0 * self._patience_s, 8.0 * self.join_patience_s)
         try:
             self._recreate(f"group join not completed after {waited:.0f} s of polling")
         except Exception as exc:  # noqa: BLE001 - broker away: next_batch starts a client again
             log.error("could not recreate the consumer", extra={"error": repr(exc)})
         return True
 
+    @property
+    def joins_abandoned(self) -> int:
+        return self._join_watch.abandoned
+
     def join_progress(self) -> dict:
         """For /readyz: polled seconds of the current group join, the patience before the client
         is rebuilt, and how many joins were abandoned so far."""
-        return {"joining_s": round(self._joining_s, 1), "patience_s": self._patience_s,
-                "abandoned": self.joins_abandoned}
+        return self._join_watch.progress()
 
     def _ensure_client(self) -> bool:
         """A client exists, or is built now. A rebuild that failed (the broker went away as it
@@ -256,7 +282,7 @@ class BatchingConsumer:
         self.recreated += 1
         self.close()
         self._failures = 0
-        self._last_poll = self._stable_since = None
+        self._join_watch.restart()
         self.start()
 
     # -- rebalance callbacks (kafka-python's IO thread, while poll() runs) --------------
