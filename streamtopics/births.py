@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .parallel import ThreadRunner, claimed, split_bounds
+from .parallel import ThreadRunner, claimed
 from .summary import Summary
 
 __all__ = ["MAX_BIRTHS", "births_for", "data_mass", "propose_births", "reset_topics", "with_seeds"]
@@ -102,11 +102,11 @@ def doc_topic_cosine(batch, local, counts, state, runner=None) -> np.ndarray:
     runner = runner or ThreadRunner(1)
     U, D = batch.uniq.size, batch.n_docs
     lam = np.empty((U, state.n_topics))
-    rows = split_bounds(np.arange(U + 1), runner.chunks(uneven=False))
+    rows = runner.row_bounds(U)
     runner.run_claimed(lambda ctr: _topic_rows(ctr, rows, batch.uniq, state.mu, state.scale, state.beta, lam))
     inv = _inverse_norms(lam)
     out = np.zeros(D)
-    docs = split_bounds(batch.doc_ptr, runner.chunks())
+    docs = runner.bounds(batch.doc_ptr, uneven=True)
     runner.run_claimed(lambda ctr: _doc_cosines(ctr, docs, batch.doc_ptr, local, counts, lam, inv, out))
     return out
 

@@ -176,6 +176,14 @@ class ThreadRunner:
             return 1
         return (16 if uneven else 4) * self.threads
 
+    def bounds(self, weights_cum: np.ndarray, uneven: bool = False) -> np.ndarray:
+        """``split_bounds`` into ``chunks(uneven)`` ranges."""
+        return split_bounds(weights_cum, self.chunks(uneven))
+
+    def row_bounds(self, n: int) -> np.ndarray:
+        """Bounds of ``n`` rows of even cost."""
+        return self.bounds(np.arange(n + 1))
+
     def run_claimed(self, fn) -> list:
         """``fn(counter)`` once on every thread, all with the same ``counter`` (a one-element int64
         array at 0).  ``fn`` calls a numba kernel that loops ``for lo, hi in claimed(counter, bounds)``,

@@ -250,12 +250,9 @@ def _set_words(bits, row_of, words, ws, ds, start, cap):
     """``_set_postings`` for the given ``words`` only, found by binary search in the word-sorted
     postings (filling the rows of words that just became top words from a stored batch)."""
     for w in words:
-        r = row_of[w]
         lo = np.searchsorted(ws, w, side="left")
         hi = np.searchsorted(ws, w, side="right")
-        for p in range(lo, hi):
-            s = (start + ds[p]) % cap
-            bits[r, s >> 6] |= np.uint64(1) << np.uint64(s & 63)
+        _set_postings(bits, row_of, ws[lo:hi], ds[lo:hi], start, cap)
 
 
 @njit(cache=True, nogil=True)

@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from ._numeric import digamma
-from .parallel import claimed, split_bounds
+from .parallel import claimed
 
 _RESCALE_BELOW = 1e-60
 
@@ -178,7 +178,7 @@ class ModelState:
             return _expected_log_phi(self.mu, self.scale, self.beta, rows, psi_tot, self.smoothing)
         out = np.empty((rows.shape[0], self.n_topics))
         mu, scale, beta, common = self.mu, self.scale, self.beta, self.smoothing
-        bounds = split_bounds(np.arange(rows.shape[0] + 1), runner.chunks(uneven=False))
+        bounds = runner.row_bounds(rows.shape[0])
         runner.run_claimed(lambda ctr: expected_log_phi_claimed(ctr, bounds, mu, scale, beta, rows, psi_tot, common, out))
         return out
 
@@ -199,7 +199,7 @@ class ModelState:
             _scatter_add(self.mu, self.mu_totals, w, summary.indptr, summary.topics, summary.values, float(factor))
             return
         mu, ptr, top, val, f = self.mu, summary.indptr, summary.topics, summary.values, float(factor)
-        bounds = split_bounds(ptr, runner.chunks(uneven=False))
+        bounds = runner.bounds(ptr)
         runner.run_claimed(lambda ctr: scatter_claimed(ctr, bounds, mu, w, ptr, top, val, f))
         add_totals(self.mu_totals, top, val, f)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from .parallel import claimed, split_bounds
+from .parallel import claimed
 
 
 @dataclass
@@ -201,7 +201,7 @@ def summarize_sparse(batch, top_idx, top_r, top_n, n_topics: int, runner=None) -
         start, order, bound = summary_order(batch.local, top_n, U, n_topics)
         tmp_topics, tmp_values = np.empty(bound[U], dtype=np.int32), np.empty(bound[U])
         count = np.empty(U, dtype=np.int64)
-        bounds = split_bounds(bound, runner.chunks(uneven=False))
+        bounds = runner.bounds(bound)
         runner.run_claimed(lambda ctr: summary_words_claimed(ctr, bounds, start, order, batch.counts, top_idx, top_r,
                                                              top_n, bound, n_topics, tmp_topics, tmp_values, count))
         indptr, topics, values, totals = summary_compact(bound, count, tmp_topics, tmp_values, n_topics)

@@ -43,7 +43,7 @@ import numpy as np
 from numba import njit
 
 from .._numeric import digamma, select_top
-from ..parallel import ThreadRunner, claimed, split_bounds
+from ..parallel import ThreadRunner, claimed
 from ..summary import LocalResult, Summary, summarize_sparse
 
 
@@ -729,13 +729,13 @@ def run_lsparse(runner, C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, rest
     eC = np.empty((U, K))
     # The ranges are claimed inside the kernels (``ThreadRunner.run_claimed``): no thread goes back
     # to Python, and the GIL, between two of them.
-    words = split_bounds(np.arange(U + 1), runner.chunks(uneven=False))
+    words = runner.row_bounds(U)
     runner.run_claimed(lambda ctr: word_top_claimed(ctr, words, C, Lc, init_idx, init_val, cmax, eC))
     # batch_outputs run by numpy (its py_func): the zeros come from fresh zero pages (calloc), so the
     # ~4 MB of per-entry outputs are not cleared by the calling thread before the threads start
     # (0.74 ms of serial time per 20NG batch); the threads that fill the pages fault them in.
     outs = batch_outputs.py_func(D, loc.shape[0], K, Lc, E.shape[0], sup)
-    docs = split_bounds(doc_ptr, runner.chunks())
+    docs = runner.bounds(doc_ptr, uneven=True)
     counts = runner.run_claimed(lambda ctr: lsparse_docs_claimed(
         ctr, docs, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol, eps, restart_trials,
         restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps, sup_damp, *outs))

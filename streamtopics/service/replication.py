@@ -186,6 +186,7 @@ def _pack_array(name: str, a: np.ndarray) -> list:
 
 _TRIPLES = (("indptr", "topics", "values"), ("doc_ptr", "doc_topics", "doc_values"),
             ("sup_ptr", "sup_topics", "sup_values"))
+_SINGLES = tuple(name for name in _ARRAYS if not any(name in t for t in _TRIPLES))  # known, totals, doc_len
 
 
 @njit(cache=True, nogil=True)
@@ -272,7 +273,7 @@ def _to_map(rec: UpdateRecord, part: int, parts: int) -> dict:
          "entropy": rec.entropy, "alloc": rec.alloc, "new_words": rec.new_words, "tokens": rec.tokens,
          "targets": rec.targets, "reborn": rec.reborn}
     _pack_rows(m, rec)
-    for name in ("known", "totals", "doc_len"):
+    for name in _SINGLES:
         m[name] = _pack_array(name, getattr(rec, name))
     return m
 

@@ -132,8 +132,7 @@ class KafkaSession:
         self.pipeline: PublishPipeline | None = None
         self._reader: threading.Thread | None = None
         self._topics_check_at = 0.0   # next check for topics a broker lost (create_topics)
-        self._recreations_seen = {"consumer": 0, "producer": 0}
-        self._abandoned_seen = 0      # consumer group joins given up (BatchingConsumer.joins_abandoned)
+        self._seen: dict[str, int] = {}  # the clients' counters as last reported to telemetry
 
     # -- clients -------------------------------------------------------------------------
 
@@ -231,19 +230,23 @@ class KafkaSession:
         re-created unless partitions are ``assigned`` and the broker is up. Returns whether
         the broker is up."""
         for name, client in (("consumer", self.consumer), ("producer", self.publisher)):
-            n = getattr(client, "recreated", 0) if client is not None else 0
-            if n > self._recreations_seen[name]:
-                self.telemetry.on_client_recreated(name, n - self._recreations_seen[name])
-                self._recreations_seen[name] = n
-        abandoned = self.consumer.joins_abandoned if self.consumer is not None else 0
-        if abandoned > self._abandoned_seen:
-            self.telemetry.on_joins_abandoned(abandoned - self._abandoned_seen)
-            self._abandoned_seen = abandoned
+            if n := self._newly(name, getattr(client, "recreated", 0)):
+                self.telemetry.on_client_recreated(name, n)
+        if n := self._newly("joins_abandoned", getattr(self.consumer, "joins_abandoned", 0)):
+            self.telemetry.on_joins_abandoned(n)
         up = self.consumer is not None and self.consumer.connected() and (
             self.publisher.healthy if self.publisher is not None else False)
         self.telemetry.on_broker(up, self.cfg.kafka.bootstrap_servers)
         self._maybe_recreate_topics(now, assigned and up)
         return up
+
+    def _newly(self, key: str, n: int) -> int:
+        """How much the counter ``key`` grew since it was last reported (0 when it did not)."""
+        grown = n - self._seen.get(key, 0)
+        if grown <= 0:
+            return 0
+        self._seen[key] = n
+        return grown
 
     def _maybe_recreate_topics(self, now: float, serving: bool) -> None:
         """While not serving with a broker that answers: topics it lost (tansu restarted) are

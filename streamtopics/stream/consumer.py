@@ -197,7 +197,6 @@ class BatchingConsumer:
         self.resets = 0  # partition logs found recreated behind our offsets
         self.last_error: str | None = None
         self._join_watch = JoinWatch(float(self._kwargs.get("session_timeout_ms", 10000)) / 1000.0)
-        self.join_patience_s = self._join_watch.patience_s
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -255,6 +254,10 @@ class BatchingConsumer:
     def joins_abandoned(self) -> int:
         return self._join_watch.abandoned
 
+    @property
+    def join_patience_s(self) -> float:
+        return self._join_watch.patience_s
+
     def join_progress(self) -> dict:
         """For /readyz: polled seconds of the current group join, the patience before the client
         is rebuilt, and how many joins were abandoned so far."""
@@ -270,12 +273,15 @@ class BatchingConsumer:
             self.start()
             return True
         except Exception as exc:  # noqa: BLE001 - broker away: the next call tries again
-            self._failures += 1
-            self.last_error = repr(exc)
-            log.warning("could not build the Kafka consumer; retrying", extra={
-                "error": repr(exc), "consecutive": self._failures})
-            time.sleep(min(5.0, 0.1 * 2 ** min(self._failures, 6)))
+            self._failed("could not build the Kafka consumer; retrying", exc)
             return False
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        """One more consecutive failure: logged, then a backoff (0.1 s doubling, at most 5 s)."""
+        self._failures += 1
+        self.last_error = repr(exc)
+        log.warning(what, extra={"error": repr(exc), "consecutive": self._failures})
+        time.sleep(min(5.0, 0.1 * 2 ** min(self._failures, 6)))
 
     def _recreate(self, why: str) -> None:
         log.warning("recreating Kafka consumer", extra={"reason": why})
@@ -413,10 +419,7 @@ class BatchingConsumer:
             records = c.poll(timeout_ms=int(timeout_s * 1000), max_records=self.poll_records)
             self._failures = 0
         except Exception as exc:  # noqa: BLE001 - Kafka errors never escape the loop
-            self._failures += 1
-            self.last_error = repr(exc)
-            log.warning("poll failed", extra={"error": repr(exc), "consecutive": self._failures})
-            time.sleep(min(5.0, 0.1 * 2 ** self._failures))
+            self._failed("poll failed", exc)
             if self._failures >= _RECREATE_AFTER:
                 try:
                     self._recreate(f"{self._failures} consecutive poll failures: {exc!r}")
