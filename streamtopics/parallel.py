@@ -140,7 +140,7 @@ def claim_ranges(counter, n):
     return i if i < n else -1
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)  # not cached: a cached generator is not registered for callers compiled later (numba)
 def claimed(counter, bounds):
     """The ranges ``(bounds[i], bounds[i + 1])`` this thread claims, until none is left: a kernel
     run by ``ThreadRunner.run_claimed`` loops ``for lo, hi in claimed(counter, bounds)``."""

@@ -158,3 +158,28 @@ def test_claimed_ranges_are_each_taken_exactly_once_beside_a_python_thread():
     finally:
         stop.set()
         busy.join()
+
+
+def test_a_kernel_recompiled_beside_a_warm_cache_can_claim_ranges(tmp_path):
+    """A cached kernel that loops over ``claimed`` and is recompiled (its module changed, as after
+    an upgrade or an edit) while the rest of the numba cache is warm still compiles. When the
+    generator itself was cached, numba loaded it without registering its implementation, and the
+    recompile failed with a KeyError (seen when births.py changed and parallel.py did not)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = ("import numpy as np\nfrom numba import njit\nfrom streamtopics.parallel import claimed\n\n"
+           "@njit(cache=True, nogil=True)\ndef covered(counter, bounds):\n    n = 0\n"
+           "    for lo, hi in claimed(counter, bounds):\n        n += hi - lo\n    return n\n\n"
+           "print(covered(np.zeros(1, np.int64), np.array([0, 3, 7, 12], np.int64)))\n")
+    mod = tmp_path / "user_kernel.py"
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), root, os.environ.get("PYTHONPATH", "")]))
+    for edit in ("", "\n# the module changed: this kernel recompiles, the generator's cache is warm\n"):
+        mod.write_text(src + edit)
+        run = subprocess.run([sys.executable, str(mod)], env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.strip() == "12"
