@@ -180,26 +180,56 @@ def propose_births(state, updater, batch, summary: Summary, rng: np.random.Gener
 
 def with_seeds(summary: Summary, births, n_topics: int) -> Summary:
     """``summary`` plus each birth's seed counts in its topic's column (rows: the summary's rows,
-    which are the batch's words in ``batch.uniq`` order)."""
+    which are the batch's words in ``batch.uniq`` order). Within a row the summary's entries come
+    first, then the births' in their order."""
     if not births:
         return summary
-    U = summary.word_ids.size
-    rows = [np.repeat(np.arange(U), np.diff(summary.indptr))]
-    topics, values = [summary.topics.astype(np.int32)], [summary.values]
-    totals = summary.topic_totals.copy()
+    totals = summary.topic_totals.astype(np.float64)  # a copy
     for k, r, v in births:
-        rows.append(r.astype(np.int64))
-        topics.append(np.full(r.size, k, dtype=np.int32))
-        values.append(v.astype(np.float64))
+        if r.size > 1 and not np.all(np.diff(r) > 0):
+            raise ValueError("a birth's seed rows must be distinct and ascending")
         totals[k] += float(v.sum())
-    row = np.concatenate(rows)
-    order = np.argsort(row, kind="stable")
-    indptr = np.zeros(U + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row, minlength=U), out=indptr[1:])
-    return Summary(word_ids=summary.word_ids, indptr=indptr, topics=np.concatenate(topics)[order],
-                   values=np.concatenate(values)[order], topic_totals=totals, n_docs=summary.n_docs,
-                   n_tokens=summary.n_tokens, entropy=summary.entropy, alloc=summary.alloc, key=summary.key,
-                   extra=summary.extra)
+    b_ptr = np.cumsum([0] + [r.size for _, r, _ in births]).astype(np.int64)
+    b_rows = np.concatenate([r for _, r, _ in births]).astype(np.int64)
+    b_vals = np.concatenate([v for _, _, v in births]).astype(np.float64)
+    b_topic = np.array([k for k, _, _ in births], dtype=np.int32)
+    indptr, topics, values = _merge_seeds(summary.indptr, summary.topics.astype(np.int32), summary.values,
+                                          b_ptr, b_rows, b_vals, b_topic)
+    return Summary(word_ids=summary.word_ids, indptr=indptr, topics=topics, values=values, topic_totals=totals,
+                   n_docs=summary.n_docs, n_tokens=summary.n_tokens, entropy=summary.entropy, alloc=summary.alloc,
+                   key=summary.key, extra=summary.extra)
+
+
+@njit(cache=True, nogil=True)
+def _merge_seeds(indptr, topics, values, b_ptr, b_rows, b_vals, b_topic):
+    """The CSR rows of ``indptr``/``topics``/``values`` with each birth's entries (rows ascending,
+    ``b_rows[b_ptr[j]:b_ptr[j + 1]]``, topic ``b_topic[j]``) appended to their rows, births in order."""
+    U, J = indptr.shape[0] - 1, b_topic.shape[0]
+    out_ptr = np.zeros(U + 1, dtype=np.int64)
+    for u in range(U):
+        out_ptr[u + 1] = indptr[u + 1] - indptr[u]
+    for p in range(b_rows.shape[0]):
+        out_ptr[b_rows[p] + 1] += 1
+    for u in range(U):
+        out_ptr[u + 1] += out_ptr[u]
+    n = out_ptr[U]
+    out_t = np.empty(n, dtype=np.int32)
+    out_v = np.empty(n)
+    cur = b_ptr[:-1].copy()
+    for u in range(U):
+        q = out_ptr[u]
+        for p in range(indptr[u], indptr[u + 1]):
+            out_t[q] = topics[p]
+            out_v[q] = values[p]
+            q += 1
+        for j in range(J):
+            c = cur[j]
+            if c < b_ptr[j + 1] and b_rows[c] == u:
+                out_t[q] = b_topic[j]
+                out_v[q] = b_vals[c]
+                q += 1
+                cur[j] = c + 1
+    return out_ptr, out_t, out_v
 
 
 def reset_topics(state, topics) -> None:
@@ -210,8 +240,7 @@ def reset_topics(state, topics) -> None:
         return
     if any(not 0 <= k < state.n_topics for k in topics):
         raise ValueError(f"reborn topics {topics} outside 0..{state.n_topics - 1}")
-    state.mu[: state.n_words, topics] = state.smoothing
-    state.refresh_totals()
+    state.reset_topics(topics)
 
 
 def births_for(model, batch, summary: Summary | None, head_key=None, rng: np.random.Generator | None = None,

@@ -230,6 +230,13 @@ class ModelState:
         self.scale = 1.0
         self.smoothing = 0.0
 
+    def reset_topics(self, topics: list[int]) -> None:
+        """Columns ``topics`` back to the prior (every word at the init smoothing), their totals
+        set to match: O(V |topics|), where recomputing every total would be O(V K)."""
+        _reset_columns(self.mu, self.n_words, np.asarray(topics, dtype=np.int64), self.smoothing)
+        for k in topics:
+            self.mu_totals[k] = self.n_words * self.smoothing
+
     def refresh_totals(self) -> None:
         """Recompute the running topic totals exactly (bounds drift from many small adds)."""
         self.mu_totals = self.mu[: self.n_words].sum(axis=0)
@@ -275,6 +282,13 @@ def _lgamma_sums(mu, scale, beta, n):
         for k in range(K):
             out[k] += math.lgamma(beta + scale * mu[v, k])
     return out
+
+
+@njit(cache=True, nogil=True)
+def _reset_columns(mu, n, topics, value):
+    for v in range(n):
+        for k in topics:
+            mu[v, k] = value
 
 
 @njit(cache=True, nogil=True)

@@ -125,3 +125,53 @@ def test_no_births_in_the_laps_of_a_supervised_fit():
     summary = m.local_steps(batch)[0].summary
     assert births_for(m, batch, summary, head_key=0)[1] == []
     assert births_for(m, batch, summary)[1][0] == 3
+
+
+def _with_seeds_by_sort(summary, births):
+    """The reference: every entry's row, one stable sort (summary entries, then births in order)."""
+    U = summary.word_ids.size
+    rows = [np.repeat(np.arange(U), np.diff(summary.indptr))] + [r for _, r, _ in births]
+    topics = [summary.topics.astype(np.int32)] + [np.full(r.size, k, dtype=np.int32) for k, r, _ in births]
+    values = [summary.values] + [v for _, _, v in births]
+    row = np.concatenate(rows)
+    order = np.argsort(row, kind="stable")
+    indptr = np.zeros(U + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row, minlength=U), out=indptr[1:])
+    return indptr, np.concatenate(topics)[order], np.concatenate(values)[order]
+
+
+def test_with_seeds_merges_each_row_like_one_stable_sort():
+    from streamtopics.summary import Summary
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        U, K = int(rng.integers(1, 40)), 8
+        indptr = np.concatenate([[0], np.cumsum(rng.integers(0, 4, size=U))]).astype(np.int64)
+        topics = rng.integers(0, K, size=indptr[-1]).astype(np.int32)
+        values = rng.random(indptr[-1])
+        s = Summary(word_ids=np.arange(U), indptr=indptr, topics=topics, values=values,
+                    topic_totals=np.bincount(topics, weights=values, minlength=K), n_docs=2, n_tokens=9.0)
+        births = [(int(rng.integers(0, K)), r, rng.random(r.size))
+                  for r in (np.flatnonzero(rng.random(U) < 0.3) for _ in range(int(rng.integers(0, 3))))]
+        merged = with_seeds(s, births, K)
+        ptr, top, val = _with_seeds_by_sort(s, births)
+        assert np.array_equal(merged.indptr, ptr) and np.array_equal(merged.topics, top)
+        assert np.array_equal(merged.values, val)
+        extra = np.bincount([k for k, _, _ in births], weights=[v.sum() for _, _, v in births], minlength=K)
+        np.testing.assert_allclose(merged.topic_totals, s.topic_totals + extra)
+    with pytest.raises(ValueError, match="ascending"):
+        with_seeds(s, [(0, np.array([2, 1]), np.ones(2))], K)
+
+
+def test_reset_topics_sets_the_columns_and_their_totals_only():
+    rng = np.random.default_rng(6)
+    m = TopicModel(n_topics=6, seed=0, births=False)
+    m.partial_fit(_docs(rng, range(6), 64))
+    before = m.state.mu[: m.state.n_words].copy()
+    totals = m.state.mu_totals.copy()
+    reset_topics(m.state, [1, 4])
+    after = m.state.mu[: m.state.n_words]
+    assert np.all(after[:, [1, 4]] == m.state.smoothing)
+    assert np.array_equal(np.delete(after, [1, 4], axis=1), np.delete(before, [1, 4], axis=1))
+    np.testing.assert_allclose(m.state.mu_totals, after.sum(axis=0), rtol=1e-12)
+    assert np.array_equal(np.delete(m.state.mu_totals, [1, 4]), np.delete(totals, [1, 4]))
