@@ -15,6 +15,8 @@ topics' initialisation in ``fitting``, snapshots in ``model_io``.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +54,19 @@ _PARAMS = ("n_topics", "engine", "sparsity", "update", "alpha", "beta", "seed", 
            "sup_epsilon", "sup_prior_var", "sup_decay", "sup_sweeps", "sup_burn_in", "sup_pg_method", "sup_max_labels",
            "sup_features", "sup_local", "segmentation", "threads")
 
+
+
+@contextmanager
+def reading_ahead(model):
+    """Around building and learning one batch of ``model``: with threads, a helper computes word
+    rows the batch will probably need while this thread builds it (``LSparseEngine.read_ahead``)."""
+    start = getattr(model.local_step, "read_ahead", None)
+    if start is not None and model.threads != 1:
+        start(model.state)
+    try:
+        yield
+    finally:
+        model.state.drop_ahead()
 
 class TopicModel:
     """LDA learned from a stream of minibatches, with one shared model state.
@@ -315,9 +330,7 @@ class TopicModel:
         or list[float] (regression), one per document; None entries are unlabelled documents,
         which still train the topics.  Label values not seen before join the classifier.
         """
-        docs = self.check_docs_labels(docs, labels)
-        batch = self.prepare(self.tokenize(docs), grow=True)
-        self.process(batch, learn=True, batch_key=batch_key, labels=labels)
+        self.partial_fit_transform(docs, labels, batch_key)
         return self
 
     def check_docs_labels(self, docs, labels):
@@ -347,8 +360,9 @@ class TopicModel:
     def partial_fit_transform(self, docs: Sequence, labels=None, batch_key=None) -> np.ndarray:
         """Prequential step: document-topic proportions under the model *before* learning from docs."""
         docs = self.check_docs_labels(docs, labels)
-        batch = self.prepare(self.tokenize(docs), grow=True)
-        return self.process(batch, learn=True, batch_key=batch_key, labels=labels).theta
+        with reading_ahead(self):
+            batch = self.prepare(self.tokenize(docs), grow=True)
+            return self.process(batch, learn=True, batch_key=batch_key, labels=labels).theta
 
     def initialize(self, batch: Batch) -> None:
         """Seed the topics from the first batch (``fitting.seed_topics``)."""

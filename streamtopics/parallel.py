@@ -165,6 +165,7 @@ class ThreadRunner:
     def __init__(self, threads=None):
         self.threads = resolve_threads(threads)
         self._pool: ThreadPoolExecutor | None = None
+        self._aside: Aside | None = None
 
     def chunks(self, uneven: bool = True) -> int:
         """How many ranges to cut work into.  Documents differ in cost (their iterations), so
@@ -196,9 +197,9 @@ class ThreadRunner:
         counter = np.zeros(1, dtype=np.int64)
         if self.threads == 1:
             return [fn(counter)]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.threads - 1, thread_name_prefix="streamtopics")
-        helpers = [self._pool.submit(fn, counter) for _ in range(self.threads - 1)]
+        if self._aside is not None:  # the helpers are wanted now: the work aside stops where it is
+            self._aside.stop()
+        helpers = [self.pool().submit(fn, counter) for _ in range(self.threads - 1)]
         out = []
         try:
             out.append(fn(counter))
@@ -207,13 +208,34 @@ class ThreadRunner:
                 out.append(f.result())
         return out
 
+    def pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.threads - 1, thread_name_prefix="streamtopics")
+        return self._pool
+
+    def aside(self, fn) -> "Aside | None":
+        """Run ``fn(stop)`` on one helper while the calling thread goes on with serial work (Python
+        under the GIL, which leaves the other cores idle): ``fn`` calls a GIL-free kernel that does
+        work the caller will probably want next, checking ``stop[0]`` between items and returning
+        what it has done so far.  None with one thread.  The next ``run_claimed`` stops it first,
+        so the helpers are free when the parallel work starts; ``Aside.result`` gives its output."""
+        if self.threads == 1:
+            return None
+        if self._aside is not None:
+            self._aside.stop()
+        self._aside = Aside(self.pool(), fn)
+        return self._aside
+
     def close(self) -> None:
+        if self._aside is not None:
+            self._aside.stop()
+            self._aside = None
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
 
     def __getstate__(self):  # a pool cannot be copied; a copy starts its own
-        return {"threads": self.threads, "_pool": None}
+        return {"threads": self.threads, "_pool": None, "_aside": None}
 
 
 def overlapped(items, prepare, compute, overlap: bool) -> list:
@@ -238,3 +260,19 @@ def overlapped(items, prepare, compute, overlap: bool) -> list:
             out.append(pending.result())
     return out
 
+
+class Aside:
+    """Work started on a helper by ``ThreadRunner.aside``: ``stop`` asks it to end and waits for it."""
+
+    def __init__(self, pool: ThreadPoolExecutor, fn):
+        self.flag = np.zeros(1, dtype=np.int64)
+        self.future = pool.submit(fn, self.flag)
+
+    def stop(self) -> None:
+        self.flag[0] = 1
+        self.future.exception()  # waits; an error is raised by ``result``
+
+    def result(self):
+        """Stop the work and return what it returned (raising its error, if any)."""
+        self.stop()
+        return self.future.result()

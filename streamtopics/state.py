@@ -30,25 +30,54 @@ def _expected_log_phi(mu, scale, beta, rows, psi_tot, common):
     return out
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _psi_lam(m, scale, beta, common, psi_common):
+    """psi(lambda) of one entry mu = m. Entries no batch summary has touched still hold the initial
+    pseudo-count ``common`` (most of a rare word's K entries): their digamma is computed once."""
+    return psi_common if m == common else digamma(beta + scale * m)
+
+
 @njit(cache=True, nogil=True)
 def expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, u0, u1):
     """Rows u0..u1-1 of E[log phi] into ``out`` (each row independent: safe to split over threads)."""
-    # Entries no batch summary has touched still hold the initial pseudo-count ``common``
-    # (most of a rare word's K entries): their digamma is computed once, exactly the same.
     K = mu.shape[1]
     psi_common = digamma(beta + scale * common)
     for u in range(u0, u1):
         v = rows[u]
         for k in range(K):
-            m = mu[v, k]
-            out[u, k] = (psi_common if m == common else digamma(beta + scale * m)) - psi_tot[k]
+            out[u, k] = _psi_lam(mu[v, k], scale, beta, common, psi_common) - psi_tot[k]
 
 
 @njit(cache=True, nogil=True)
-def expected_log_phi_claimed(counter, bounds, mu, scale, beta, rows, psi_tot, common, out):
-    """``expected_log_phi_rows`` over the ranges this thread claims (``parallel.claimed``)."""
+def psi_lam_ahead(stop, mu, scale, beta, rows, common):
+    """psi(lambda) of the rows ``rows`` in order, until ``stop[0]`` is set (``ModelState.read_ahead``);
+    returns (rows done, their values)."""
+    K = mu.shape[1]
+    out = np.empty((rows.shape[0], K))
+    psi_common = digamma(beta + scale * common)
+    for u in range(rows.shape[0]):
+        if stop[0]:
+            return u, out
+        v = rows[u]
+        for k in range(K):
+            out[u, k] = _psi_lam(mu[v, k], scale, beta, common, psi_common)
+    return rows.shape[0], out
+
+
+@njit(cache=True, nogil=True)
+def expected_log_phi_claimed(counter, bounds, mu, scale, beta, rows, psi_tot, common, out, slot, ahead):
+    """``expected_log_phi_rows`` over the ranges this thread claims (``parallel.claimed``); a row
+    with ``slot[u] >= 0`` takes its psi(lambda) values from row ``slot[u]`` of ``ahead`` (read
+    ahead: the same values) instead of computing them."""
+    K = mu.shape[1]
     for lo, hi in claimed(counter, bounds):
-        expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, lo, hi)
+        for u in range(lo, hi):
+            s = slot[u] if slot.shape[0] else -1
+            if s < 0:
+                expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, u, u + 1)
+            else:
+                for k in range(K):
+                    out[u, k] = ahead[s, k] - psi_tot[k]
     return 0
 
 
@@ -120,6 +149,8 @@ class ModelState:
         # the threads of the model's local step (the runner its last ``expected_log_phi`` call
         # got): ``add_summary`` splits its rows over them too.  Never persisted.
         self.runner = None
+        self._ahead = None  # a read-ahead of psi(lambda) rows in progress (``read_ahead``)
+        self.rows_read_ahead = 0  # rows ``expected_log_phi`` took from read-aheads (not persisted)
 
     # -- vocabulary growth --------------------------------------------------------------
     @property
@@ -142,6 +173,7 @@ class ModelState:
 
     def shrink_words(self, n_words: int) -> None:
         """Drop rows ``>= n_words`` that were only grown (still at the prior): undoes ``ensure_words``."""
+        self.drop_ahead()
         n_words = int(n_words)
         if n_words >= self.n_words:
             return
@@ -152,6 +184,8 @@ class ModelState:
 
     def reset_words(self, ids: np.ndarray) -> None:
         """Return the rows of ``ids`` to the prior (their word was evicted from the vocabulary)."""
+        if self._ahead is not None:  # those rows' read-ahead values are stale; the others stand
+            self._ahead[-1].append(np.asarray(ids, dtype=np.int64))
         if len(ids):
             self.mu_totals -= self.mu[ids].sum(axis=0)
             self.mu[ids] = self.smoothing
@@ -169,9 +203,10 @@ class ModelState:
         """E[log phi_kv] = psi(lambda_kv) - psi(sum_v lambda_kv) for the given word ids, shape (U, K).
 
         ``runner`` (a ``parallel.ThreadRunner``) splits the rows over threads; the values are
-        the same whatever the split."""
+        the same whatever the split, and whatever ``read_ahead`` computed before."""
         if runner is not None:
             self.runner = runner
+        slot, ahead = self.take_ahead(rows)
         psi_tot = _psi_vec(self.lam_totals())
         rows = np.asarray(rows, dtype=np.int64)
         if runner is None or runner.threads == 1 or rows.shape[0] < 64:
@@ -179,8 +214,49 @@ class ModelState:
         out = np.empty((rows.shape[0], self.n_topics))
         mu, scale, beta, common = self.mu, self.scale, self.beta, self.smoothing
         bounds = runner.row_bounds(rows.shape[0])
-        runner.run_claimed(lambda ctr: expected_log_phi_claimed(ctr, bounds, mu, scale, beta, rows, psi_tot, common, out))
+        runner.run_claimed(lambda ctr: expected_log_phi_claimed(ctr, bounds, mu, scale, beta, rows, psi_tot, common,
+                                                                out, slot, ahead))
         return out
+
+    def read_ahead(self, rows: np.ndarray, runner) -> None:
+        """Start computing psi(lambda) of the word ids ``rows`` (likeliest first) on a helper of
+        ``runner`` while the caller builds the next batch (serial work that leaves the other cores
+        idle); the next ``expected_log_phi`` takes the rows done by then. Only psi(lambda) is read
+        ahead: the topic totals change when new words join. Any write to the rows drops it."""
+        self.drop_ahead()
+        if runner is None or runner.threads == 1 or not self.initialized or len(rows) == 0:
+            return
+        mu, scale, beta, common = self.mu, self.scale, self.beta, self.smoothing
+        rows = np.asarray(rows, dtype=np.int64)
+        aside = runner.aside(lambda stop: psi_lam_ahead(stop, mu, scale, beta, rows, common))
+        if aside is not None:
+            self._ahead = (aside, rows, scale, beta, common, [])  # last: rows written since
+
+    def take_ahead(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        """(for each of ``rows``: its row in the read-ahead values or -1, the values); empty arrays
+        when nothing valid was read ahead."""
+        ahead, self._ahead = self._ahead, None
+        none = np.empty(0, dtype=np.int64), np.empty((0, self.n_topics))
+        if ahead is None:
+            return none
+        aside, done_rows, scale, beta, common, stale = ahead
+        done, values = aside.result()
+        if done == 0 or (scale, beta, common) != (self.scale, self.beta, self.smoothing):
+            return none
+        where = np.full(self.mu.shape[0], -1, dtype=np.int64)
+        where[done_rows[:done]] = np.arange(done)
+        for ids in stale:
+            where[ids[ids < where.shape[0]]] = -1
+        rows = np.asarray(rows, dtype=np.int64)
+        slot = np.where(rows < where.shape[0], where[np.minimum(rows, where.shape[0] - 1)], -1)
+        self.rows_read_ahead += int(np.count_nonzero(slot >= 0))
+        return slot, values
+
+    def drop_ahead(self) -> None:
+        """Stop and forget any read-ahead (its rows are about to change, or nobody will take it)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead[0].stop()
 
     def topic_word(self) -> np.ndarray:
         """Posterior mean E[phi] as (K, V); rows sum to one."""
@@ -194,6 +270,7 @@ class ModelState:
         With the local step's threads (``self.runner``) the rows are split over them (each (v, k)
         gets one addition, whichever thread makes it) and the topic totals are added in entry
         order by one thread: the same floats as one thread's pass."""
+        self.drop_ahead()
         runner, w = self.runner, summary.word_ids
         if runner is None or runner.threads == 1 or w.shape[0] < 256 or not distinct_rows(w, self.mu.shape[0]):
             _scatter_add(self.mu, self.mu_totals, w, summary.indptr, summary.topics, summary.values, float(factor))
@@ -205,6 +282,7 @@ class ModelState:
 
     def decay(self, keep: float) -> None:
         """lambda - beta <- keep * (lambda - beta), in O(1) via the scale."""
+        self.drop_ahead()
         self.scale *= keep
         if self.scale < _RESCALE_BELOW:
             self.mu[: self.n_words] *= self.scale
@@ -214,6 +292,7 @@ class ModelState:
 
     def fold_scale(self) -> None:
         """Multiply the scale into mu so that scale == 1 (exact arithmetic for memoized updates)."""
+        self.drop_ahead()
         if self.scale != 1.0:
             self.mu[: self.n_words] *= self.scale
             self.smoothing *= self.scale
@@ -225,6 +304,7 @@ class ModelState:
         return _lgamma_sums(self.mu, self.scale, self.beta, self.n_words)
 
     def clear(self) -> None:
+        self.drop_ahead()
         self.mu[:] = 0.0
         self.mu_totals[:] = 0.0
         self.scale = 1.0
@@ -233,6 +313,7 @@ class ModelState:
     def reset_topics(self, topics: list[int]) -> None:
         """Columns ``topics`` back to the prior (every word at the init smoothing), their totals
         set to match: O(V |topics|), where recomputing every total would be O(V K)."""
+        self.drop_ahead()
         _reset_columns(self.mu, self.n_words, np.asarray(topics, dtype=np.int64), self.smoothing)
         for k in topics:
             self.mu_totals[k] = self.n_words * self.smoothing

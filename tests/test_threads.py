@@ -183,3 +183,42 @@ def test_a_kernel_recompiled_beside_a_warm_cache_can_claim_ranges(tmp_path):
         run = subprocess.run([sys.executable, str(mod)], env=env, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
         assert run.stdout.strip() == "12"
+
+
+@pytest.mark.parametrize("vocab", [{}, {"vocab_cap": 900, "vocab_policy": "evict"}])
+def test_rows_read_ahead_leave_the_model_as_one_thread_makes_it(vocab):
+    """With threads, a helper computes psi(lambda) of the last batch's words while the next batch
+    is built (ModelState.read_ahead) and the local step takes them: the model is the same bit for
+    bit, also when evicted words' rows are reset in between (the read-ahead is dropped)."""
+    docs = _docs()
+    models = [TopicModel(n_topics=16, seed=3, threads=t, **vocab) for t in (1, 2)]
+    for lo in range(0, 600, 100):
+        for m in models:
+            m.partial_fit(docs[lo:lo + 100])
+    a, b = (m.state for m in models)
+    assert b.rows_read_ahead > 0 and a.rows_read_ahead == 0
+    assert np.array_equal(a.mu[: a.n_words], b.mu[: b.n_words]) and np.array_equal(a.mu_totals, b.mu_totals)
+    if vocab:
+        assert models[1].vocab.n_evicted > 0
+    assert b._ahead is None  # nothing left running once partial_fit returns
+
+
+def test_a_read_ahead_is_dropped_when_its_rows_change():
+    from streamtopics.parallel import ThreadRunner
+
+    m = TopicModel(n_topics=8, seed=0, threads=1)
+    m.partial_fit(_docs()[:200])
+    st, runner = m.state, ThreadRunner(2)
+    rows = np.arange(min(st.n_words, 300))
+    want = st.expected_log_phi(rows)
+    st.read_ahead(rows, runner)
+    assert np.array_equal(st.expected_log_phi(rows, runner), want)
+    st.read_ahead(rows, runner)
+    st.reset_words(rows[:5])  # evicted words' rows written: their read-ahead values are stale
+    taken = st.rows_read_ahead
+    assert np.array_equal(st.expected_log_phi(rows, runner), st.expected_log_phi(rows))
+    assert st.rows_read_ahead - taken <= rows.size - 5
+    st.read_ahead(rows, runner)
+    st.add_summary(m.local_steps(m.prepare(_docs()[200:260], grow=False))[0].summary, 0.5)  # any update: all stale
+    assert st._ahead is None
+    runner.close()

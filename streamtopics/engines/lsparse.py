@@ -758,6 +758,14 @@ class LSparseEngine:
     sup_damping: float = 0.5
     name: str = "lsparse"
     runner: ThreadRunner | None = field(default=None, repr=False, compare=False)  # None: one thread
+    recent_words: np.ndarray | None = field(default=None, repr=False, compare=False)  # the last learned batch's
+
+    def read_ahead(self, state) -> None:
+        """Have a helper thread compute psi(lambda) of the last learned batch's words while the
+        next batch is built (``ModelState.read_ahead``): its frequent words come again, and
+        building a batch is serial work that leaves the other cores idle."""
+        if self.recent_words is not None:
+            state.read_ahead(self.recent_words, self.runner)
 
     def infer(self, state, batch, summarize: bool = True, head=None, targets=None) -> LocalResult:
         """Local step on ``batch``.  With ``head`` (a SupervisedHead) and ``targets`` (its
@@ -789,6 +797,7 @@ class LSparseEngine:
         doc_topic, top_idx, top_r, top_n, iters, n_active, data, ent, alloc, tried, accepted = out[:11]
         summary = None
         if summarize:
+            self.recent_words = batch.uniq  # first-seen order: a batch's frequent words come early
             summary = summarize_sparse(batch, top_idx, top_r, top_n, state.n_topics, runner=runner)
             summary.entropy = float(ent.sum())
             summary.alloc = float(alloc.sum())

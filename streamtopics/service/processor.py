@@ -16,6 +16,8 @@ dead-letters them as ``model_error`` and learns the rest (``narrow_failure``).
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import logging
 import time
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..model import reading_ahead
 from ..stream.codec import DeadLetter, Document, decode_message, encode_document, is_array_message
 
 __all__ = ["BatchOutcome", "BatchProcessor", "Decoded", "RecordDecoder", "StepResult", "targets_of"]
@@ -191,7 +194,13 @@ class BatchProcessor:
              targets: list | dict | None = None, pre: list | None = None) -> StepResult:
         """Tokenize ``texts`` (positions ``idx`` of the batch; ``pre``: tokens already made for
         them at decode time, None where not), predict and learn. ``targets`` holds the whole
-        batch's labels by position (None: unsupervised model)."""
+        batch's labels by position (None: unsupervised model). While the batch is built, a
+        helper reads ahead the word rows it will probably need (``model.reading_ahead``;
+        not for a replica, whose batches learn through the update log)."""
+        with reading_ahead(model) if self._compute is None else nullcontext():
+            return self._step(model, texts, idx, batch_key, stages, targets, pre)
+
+    def _step(self, model, texts, idx, batch_key, stages, targets, pre) -> StepResult:
         t0 = time.perf_counter()
         self._prepare_mark = None
         self._gil_free(False)
