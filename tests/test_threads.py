@@ -118,6 +118,19 @@ def test_split_weighted_covers_everything_in_order():
         assert len(r) <= parts
 
 
+def test_split_bounds_equals_the_ranges_of_split_weighted():
+    from streamtopics.parallel import split_bounds
+
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        n = int(rng.integers(0, 60))
+        w = np.arange(n + 1) if rng.random() < 0.3 else np.concatenate([[2], rng.integers(0, 6, size=n)]).cumsum()
+        for parts in (1, 2, 3, 8, 32, 100):
+            r = split_weighted(w, parts)
+            want = [lo for lo, _ in r] + [r[-1][1]] if r else [0]
+            assert split_bounds(w, parts).tolist() == want
+
+
 def test_claimed_ranges_are_each_taken_exactly_once_beside_a_python_thread():
     """``run_claimed``: threads take ranges with an atomic counter inside the kernel; every range
     is run once and only once, also while another thread keeps the GIL busy with Python."""
