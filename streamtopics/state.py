@@ -49,6 +49,15 @@ def expected_log_phi_rows(mu, scale, beta, rows, psi_tot, common, out, u0, u1):
 
 
 @njit(cache=True, nogil=True)
+def _common_log_phi(scale, beta, common, psi_tot):
+    psi_common = digamma(beta + scale * common)
+    out = np.empty(psi_tot.shape[0])
+    for k in range(psi_tot.shape[0]):
+        out[k] = _psi_lam(common, scale, beta, common, psi_common) - psi_tot[k]
+    return out
+
+
+@njit(cache=True, nogil=True)
 def psi_lam_ahead(stop, mu, scale, beta, rows, common):
     """psi(lambda) of the rows ``rows`` in order, until ``stop[0]`` is set (``ModelState.read_ahead``);
     returns (rows done, their values)."""
@@ -217,6 +226,11 @@ class ModelState:
         runner.run_claimed(lambda ctr: expected_log_phi_claimed(ctr, bounds, mu, scale, beta, rows, psi_tot, common,
                                                                 out, slot, ahead))
         return out
+
+    def common_log_phi(self) -> np.ndarray:
+        """E[log phi_kv] of every entry still at the initial pseudo-count (mu_vk == smoothing), per
+        topic: the value ``expected_log_phi`` gives such entries, bit for bit."""
+        return _common_log_phi(self.scale, self.beta, self.smoothing, _psi_vec(self.lam_totals()))
 
     def read_ahead(self, rows: np.ndarray, runner) -> None:
         """Start computing psi(lambda) of the word ids ``rows`` (likeliest first) on a helper of

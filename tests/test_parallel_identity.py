@@ -144,3 +144,33 @@ def test_add_summary_split_over_threads_is_the_same():
         two.add_summary(summary, factor)
     assert np.array_equal(one.mu, two.mu) and np.array_equal(one.mu_totals, two.mu_totals)
     assert not np.array_equal(one.mu, m.state.mu)
+
+
+def test_word_top_with_initial_entries_skipped_selects_what_a_full_scan_selects():
+    """word_top_rows skips the entries still at the initial pseudo-count (their E[log phi] is one
+    known value per topic): the cold-start top L, max_k C_uk and exp(C_uk - max) equal a scan of
+    every entry, on rows that are all, partly and not at all initial."""
+    from streamtopics.engines.lsparse import common_entries, no_common, word_top_rows
+
+    docs = [d.text for d in load_reuters_r8("train", seed=3)[:400]]
+    m = TopicModel(n_topics=16, seed=1, threads=1)
+    for lo in range(0, 200, 100):
+        m.partial_fit(docs[lo:lo + 100])
+    b = m.prepare(m.tokenize(docs[200:400]))
+    C = m.state.expected_log_phi(b.uniq)
+    U, K, L = C.shape[0], C.shape[1], 4
+    common = common_entries(m.state.common_log_phi())
+    initial = C == common[0][None, :]
+    assert initial.all(axis=1).any() and (~initial).all(axis=1).any() and (initial.any(axis=1) & ~initial.all(axis=1)).any()
+    out = []
+    for com in (no_common(K), common):
+        o = (np.empty((U, L), np.int32), np.empty((U, L)), np.empty(U), np.empty((U, K)))
+        word_top_rows(C, L, *o, 0, U, *com)
+        out.append(o)
+    (i0, v0, m0, e0), (i1, v1, m1, e1) = out
+    assert all(set(i0[u]) == set(i1[u]) for u in range(U))
+    assert np.array_equal(m0, m1)
+    np.testing.assert_allclose(e1, e0, rtol=1e-12, atol=0)
+    order = np.argsort(i0, axis=1)
+    np.testing.assert_allclose(np.take_along_axis(v1, np.argsort(i1, axis=1), 1), np.take_along_axis(v0, order, 1),
+                               rtol=1e-12)
