@@ -235,3 +235,20 @@ def test_a_read_ahead_is_dropped_when_its_rows_change():
     st.add_summary(m.local_steps(m.prepare(_docs()[200:260], grow=False))[0].summary, 0.5)  # any update: all stale
     assert st._ahead is None
     runner.close()
+
+
+@pytest.mark.parametrize("loss", ["hinge", "logistic"])
+def test_supervised_models_identical_for_any_thread_count(loss):
+    """Labelled batches run the label-free step, then the supervised one (the read-ahead serves the
+    first); topics and classifier are the same bit for bit with 1 and 2 threads."""
+    docs = load_reuters_r8("train", seed=5)[:500]
+    texts, labels = [d.text for d in docs], [d.label for d in docs]
+    models = [TopicModel(n_topics=12, seed=2, supervision=loss, threads=t) for t in (1, 2)]
+    for lo in range(0, 500, 100):
+        for m in models:
+            m.partial_fit(texts[lo:lo + 100], labels=labels[lo:lo + 100])
+    a, b = (m.state for m in models)
+    assert np.array_equal(a.mu[: a.n_words], b.mu[: b.n_words]) and a.scale == b.scale
+    assert b.rows_read_ahead > 0
+    assert np.array_equal(models[0].head.eta_mean, models[1].head.eta_mean)
+    assert models[0].predict(texts[:50]) == models[1].predict(texts[:50])
