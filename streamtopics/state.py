@@ -12,6 +12,7 @@ the prior (mu = 0) and existing rows are never touched by growth.
 """
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -21,6 +22,7 @@ from ._numeric import digamma
 from .parallel import claimed
 
 _RESCALE_BELOW = 1e-60
+log = logging.getLogger(__name__)
 
 
 @njit(cache=True, nogil=True)
@@ -254,7 +256,11 @@ class ModelState:
         if ahead is None:
             return none
         aside, done_rows, scale, beta, common, stale = ahead
-        done, values = aside.result()
+        try:
+            done, values = aside.result()
+        except Exception as exc:  # an optimisation only: the rows are computed as without it
+            log.warning("read-ahead of word rows failed; computing them in the local step", extra={"error": repr(exc)})
+            return none
         if done == 0 or (scale, beta, common) != (self.scale, self.beta, self.smoothing):
             return none
         where = np.full(self.mu.shape[0], -1, dtype=np.int64)

@@ -252,3 +252,25 @@ def test_supervised_models_identical_for_any_thread_count(loss):
     assert b.rows_read_ahead > 0
     assert np.array_equal(models[0].head.eta_mean, models[1].head.eta_mean)
     assert models[0].predict(texts[:50]) == models[1].predict(texts[:50])
+
+
+def test_a_failed_read_ahead_costs_the_batch_nothing(caplog, monkeypatch):
+    from streamtopics import state as state_module
+    from streamtopics.parallel import ThreadRunner
+
+    m = TopicModel(n_topics=8, seed=0, threads=1)
+    m.partial_fit(_docs()[:200])
+    st, runner = m.state, ThreadRunner(2)
+    rows = np.arange(min(st.n_words, 300))
+    want = st.expected_log_phi(rows)
+
+    def broken(*args):
+        raise MemoryError("no room for the read-ahead")
+
+    monkeypatch.setattr(state_module, "psi_lam_ahead", broken)
+    st.read_ahead(rows, runner)
+    with caplog.at_level("WARNING"):
+        got = st.expected_log_phi(rows, runner)
+    assert np.array_equal(got, want)
+    assert "read-ahead of word rows failed" in caplog.text
+    runner.close()
