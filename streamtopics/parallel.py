@@ -133,6 +133,21 @@ def claim(typingctx, counter):
     return types.int64(counter), codegen
 
 
+@intrinsic
+def flag_read(typingctx, flag):
+    """``flag[0]`` as an atomic load (llvm ``load atomic``, monotonic): a kernel polling a flag
+    another thread sets (``ThreadRunner.aside``'s stop) sees the write, and the compiler cannot
+    hoist the read out of the kernel's loop."""
+    if not (isinstance(flag, types.Array) and flag.ndim == 1 and flag.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.load_atomic(builder.gep(ary.data, [ir.Constant(ir.IntType(64), 0)]), "monotonic", 8)
+
+    return types.int64(flag), codegen
+
+
 @njit(cache=True, nogil=True)
 def claim_ranges(counter, n):
     """The next work item below ``n`` (``claim``), or -1 when all are taken."""
@@ -229,6 +244,7 @@ class ThreadRunner:
             return [fn(counter)]
         if self._aside is not None:  # the helpers are wanted now: the work aside stops where it is
             self._aside.stop()
+            self._aside = None
         helpers = [self.pool().submit(fn, counter) for _ in range(self.threads - 1)]
         out = []
         try:
@@ -246,7 +262,7 @@ class ThreadRunner:
     def aside(self, fn) -> "Aside | None":
         """Run ``fn(stop)`` on one helper while the calling thread goes on with serial work (Python
         under the GIL, which leaves the other cores idle): ``fn`` calls a GIL-free kernel that does
-        work the caller will probably want next, checking ``stop[0]`` between items and returning
+        work the caller will probably want next, checking ``flag_read(stop)`` between items and returning
         what it has done so far.  None with one thread.  The next ``run_claimed`` stops it first,
         so the helpers are free when the parallel work starts; ``Aside.result`` gives its output."""
         if self.threads == 1:

@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from ._numeric import digamma
-from .parallel import claimed
+from .parallel import claimed, flag_read
 
 _RESCALE_BELOW = 1e-60
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def psi_lam_ahead(stop, mu, scale, beta, rows, common):
     out = np.empty((rows.shape[0], K))
     psi_common = digamma(beta + scale * common)
     for u in range(rows.shape[0]):
-        if stop[0]:
+        if flag_read(stop):
             return u, out
         v = rows[u]
         for k in range(K):

@@ -274,3 +274,33 @@ def test_a_failed_read_ahead_costs_the_batch_nothing(caplog, monkeypatch):
     assert np.array_equal(got, want)
     assert "read-ahead of word rows failed" in caplog.text
     runner.close()
+
+
+def test_work_aside_stops_when_asked_even_in_a_loop_that_stores_nothing():
+    """``flag_read`` is an atomic load: a kernel polling the stop flag in a loop the compiler could
+    otherwise hoist the read out of (no stores) still sees it. A plain ``stop[0]`` read hangs here."""
+    import threading
+    import time
+
+    from numba import njit
+
+    from streamtopics.parallel import ThreadRunner, flag_read
+
+    @njit(nogil=True)
+    def spin(stop):
+        n = 0
+        while not flag_read(stop) and n < 20_000_000_000:  # bounded: a regression fails, not hangs
+            n += 1
+        return n
+
+    spin(np.ones(1, dtype=np.int64))  # compiled before the clock
+    runner = ThreadRunner(2)
+    aside = runner.aside(spin)
+    time.sleep(0.05)
+    out = []
+    waiter = threading.Thread(target=lambda: out.append(aside.result()), daemon=True)
+    t0 = time.perf_counter()
+    waiter.start()
+    waiter.join(30)
+    assert out and 0 < out[0] < 20_000_000_000 and time.perf_counter() - t0 < 1.0
+    runner.close()
