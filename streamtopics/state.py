@@ -162,6 +162,7 @@ class ModelState:
         self.runner = None
         self._ahead = None  # a read-ahead of psi(lambda) rows in progress (``read_ahead``)
         self.rows_read_ahead = 0  # rows ``expected_log_phi`` took from read-aheads (not persisted)
+        self._where = None
 
     # -- vocabulary growth --------------------------------------------------------------
     @property
@@ -263,12 +264,15 @@ class ModelState:
             return none
         if done == 0 or (scale, beta, common) != (self.scale, self.beta, self.smoothing):
             return none
-        where = np.full(self.mu.shape[0], -1, dtype=np.int64)
-        where[done_rows[:done]] = np.arange(done)
+        if self._where is None or self._where.shape[0] < self.mu.shape[0]:  # word id -> read-ahead row
+            self._where = np.full(self.mu.shape[0], -1, dtype=np.int64)  # kept all -1 between calls: O(done) each
+        where, got = self._where, done_rows[:done]
+        where[got] = np.arange(done)
         for ids in stale:
             where[ids[ids < where.shape[0]]] = -1
         rows = np.asarray(rows, dtype=np.int64)
         slot = np.where(rows < where.shape[0], where[np.minimum(rows, where.shape[0] - 1)], -1)
+        where[got] = -1
         self.rows_read_ahead += int(np.count_nonzero(slot >= 0))
         return slot, values
 
