@@ -7,9 +7,34 @@ import numpy as np
 from numba import njit
 
 
+# psi on [1, 2] as (x - x0) P(x - 1) / Q(x - 1): x0 the positive zero of psi, P and Q of degree 6 fitted
+# by iteratively reweighted least squares to mpmath's psi at 4,000 Chebyshev nodes (max |error| 5e-15
+# on [1, 2], Q >= 1 there). Below 1, psi(x) = psi(x + 1) - 1/x. This is where E[log phi] spends its
+# time: 90 % of a batch's touched entries have lambda < 1 (20NG), and the shift to x >= 6 below costs
+# a log and three divisions (10.3 -> ~5 ns a call).
+PSI_X0 = 1.4616321449683622
+PSI_P = (1.250380137503395, 0.1610550249643051, -0.3992286703007355, 0.26633527272875146, 0.18701725446703504,
+         0.02014790461888657, 0.00012321523570260533)
+PSI_Q = (1.0, 0.8123516641836749, -0.36579705233256266, 0.04555639903436876, 0.30654640802254574,
+         0.08810092287655648, 0.005277664718559787)
+
+
 @njit(cache=True, nogil=True, fastmath=False)
 def digamma(x: float) -> float:
-    """psi(x) for x > 0: shift to x >= 6, then the asymptotic series (error < 1e-12 max(1, |psi|))."""
+    """psi(x) for x > 0: a rational approximation below 2, else a shift to x >= 6 and the asymptotic
+    series (error < 1e-12 max(1, |psi|); below 2, < 1e-14 max(1, |psi|))."""
+    if x < 2.0:
+        r = 0.0
+        if x < 1.0:
+            r = -1.0 / x
+            x += 1.0
+        t = x - 1.0
+        p = PSI_P[6]
+        q = PSI_Q[6]
+        for i in range(5, -1, -1):
+            p = p * t + PSI_P[i]
+            q = q * t + PSI_Q[i]
+        return r + (x - PSI_X0) * (p / q)
     if x < 6.0:
         # psi(x) = psi(x + 6) - sum_{i<6} 1/(x + i); the sum is Q'(x)/Q(x) for Q = prod (x + i),
         # one division instead of six (this runs ~10^6 times per minibatch).
