@@ -15,10 +15,9 @@ topics' initialisation in ``fitting``, snapshots in ``model_io``.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -55,18 +54,19 @@ _PARAMS = ("n_topics", "engine", "sparsity", "update", "alpha", "beta", "seed", 
            "sup_features", "sup_local", "segmentation", "threads")
 
 
-
 @contextmanager
 def reading_ahead(model):
     """Around building and learning one batch of ``model``: with threads, a helper computes word
-    rows the batch will probably need while this thread builds it (``LSparseEngine.read_ahead``)."""
+    rows the batch will probably need while this thread builds it (``LSparseEngine.read_ahead``;
+    with one thread it does nothing)."""
     start = getattr(model.local_step, "read_ahead", None)
-    if start is not None and model.threads != 1:
+    if start is not None:
         start(model.state)
     try:
         yield
     finally:
         model.state.drop_ahead()
+
 
 class TopicModel:
     """LDA learned from a stream of minibatches, with one shared model state.

@@ -103,18 +103,10 @@ def resolve_threads(threads) -> int:
 def split_weighted(weights_cum: np.ndarray, parts: int) -> list[tuple[int, int]]:
     """Split items 0..n-1 into at most ``parts`` contiguous ranges of about equal weight.
 
-    ``weights_cum`` is the (n+1) cumulative weight (e.g. a CSR pointer)."""
-    n = weights_cum.shape[0] - 1
-    if n <= 0:
-        return []
-    parts = max(1, min(parts, n))
-    total = weights_cum[-1] - weights_cum[0]
-    if parts == 1 or total <= 0:
-        return [(0, n)]
-    targets = weights_cum[0] + total * np.arange(1, parts) / parts
-    cuts = np.searchsorted(weights_cum, targets, side="left")
-    bounds = np.unique(np.concatenate(([0], np.clip(cuts, 0, n), [n])))
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    ``weights_cum`` is the (n+1) cumulative weight (e.g. a CSR pointer). The ranges of
+    ``split_bounds``, as (lo, hi) pairs."""
+    b = split_bounds(weights_cum, parts).tolist()
+    return list(zip(b[:-1], b[1:]))
 
 
 @intrinsic
@@ -185,16 +177,8 @@ def _split_bounds(w, parts):
     out[0] = 0
     m = 1
     if parts > 1 and total > 0:
-        for i in range(1, parts):
-            target = w[0] + total * i / parts
-            lo, hi = 0, n + 1  # first index with w[idx] >= target (searchsorted, side="left")
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if w[mid] < target:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            cut = min(max(lo, 0), n)
+        for i in range(1, parts):  # the first item whose cumulative weight reaches i / parts of the total
+            cut = min(np.searchsorted(w, w[0] + total * i / parts), n)
             if cut > out[m - 1]:
                 out[m] = cut
                 m += 1
@@ -242,9 +226,7 @@ class ThreadRunner:
         counter = np.zeros(1, dtype=np.int64)
         if self.threads == 1:
             return [fn(counter)]
-        if self._aside is not None:  # the helpers are wanted now: the work aside stops where it is
-            self._aside.stop()
-            self._aside = None
+        self._stop_aside()  # the helpers are wanted now: the work aside stops where it is
         helpers = [self.pool().submit(fn, counter) for _ in range(self.threads - 1)]
         out = []
         try:
@@ -267,15 +249,17 @@ class ThreadRunner:
         so the helpers are free when the parallel work starts; ``Aside.result`` gives its output."""
         if self.threads == 1:
             return None
-        if self._aside is not None:
-            self._aside.stop()
+        self._stop_aside()
         self._aside = Aside(self.pool(), fn)
         return self._aside
 
-    def close(self) -> None:
+    def _stop_aside(self) -> None:
         if self._aside is not None:
             self._aside.stop()
             self._aside = None
+
+    def close(self) -> None:
+        self._stop_aside()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None

@@ -118,6 +118,20 @@ def test_split_weighted_covers_everything_in_order():
         assert len(r) <= parts
 
 
+def _split_by_numpy(weights_cum, parts):
+    """The reference: cuts where the cumulative weight reaches i / parts of the total (searchsorted)."""
+    n = weights_cum.shape[0] - 1
+    if n <= 0:
+        return []
+    parts = max(1, min(parts, n))
+    total = weights_cum[-1] - weights_cum[0]
+    if parts == 1 or total <= 0:
+        return [(0, n)]
+    cuts = np.searchsorted(weights_cum, weights_cum[0] + total * np.arange(1, parts) / parts, side="left")
+    bounds = np.unique(np.concatenate(([0], np.clip(cuts, 0, n), [n])))
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
 def test_split_bounds_equals_the_ranges_of_split_weighted():
     from streamtopics.parallel import split_bounds
 
@@ -126,9 +140,10 @@ def test_split_bounds_equals_the_ranges_of_split_weighted():
         n = int(rng.integers(0, 60))
         w = np.arange(n + 1) if rng.random() < 0.3 else np.concatenate([[2], rng.integers(0, 6, size=n)]).cumsum()
         for parts in (1, 2, 3, 8, 32, 100):
-            r = split_weighted(w, parts)
+            r = _split_by_numpy(w, parts)
             want = [lo for lo, _ in r] + [r[-1][1]] if r else [0]
             assert split_bounds(w, parts).tolist() == want
+            assert split_weighted(w, parts) == r
 
 
 def test_claimed_ranges_are_each_taken_exactly_once_beside_a_python_thread():

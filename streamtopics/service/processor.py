@@ -16,11 +16,10 @@ dead-letters them as ``model_error`` and learns the rest (``narrow_failure``).
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 import logging
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
