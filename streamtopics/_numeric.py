@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from .jit_cache import njit
 
 
 # psi on [1, 2] as (x - x0) P(x - 1) / Q(x - 1): x0 the positive zero of psi, P and Q of degree 6 fitted

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
+from .jit_cache import njit
 from .text import Vocabulary
 from .word_index import FirstSeen, first_sight
 

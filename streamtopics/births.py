@@ -35,8 +35,8 @@ update keeps exact sums (a reset would break them) and the alias engine keeps to
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from .jit_cache import njit
 from .parallel import ThreadRunner, claimed
 from .summary import Summary
 

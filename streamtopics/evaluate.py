@@ -15,10 +15,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from .batch import Batch, batch_from_arrays
 from .engines.lsparse import lsparse_batch
+from .jit_cache import njit
 
 
 def split_completion(batch: Batch, frac: float = 0.8, seed: int = 0) -> tuple[Batch, Batch]:

@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from ._numeric import digamma
+from .jit_cache import njit
 
 ALPHA_MIN = 1e-4
 ALPHA_MAX = 10.0

@@ -15,8 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic
+
+from .jit_cache import njit
 
 
 def available_cores() -> int:

@@ -24,9 +24,11 @@ from collections.abc import Iterable
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from .jit_cache import njit
 
 __all__ = [
     "CoherenceMonitor",
@@ -93,8 +95,6 @@ def _top_n_rows(w, rows, n):
             ids[k, j] = v
             thr[k] = vals[k, n - 1]
     return ids
-
-
 
 
 def topic_diversity(top_ids: np.ndarray, n: int = 25) -> float:

@@ -16,9 +16,9 @@ import logging
 import math
 
 import numpy as np
-from numba import njit
 
 from ._numeric import digamma
+from .jit_cache import njit
 from .parallel import claimed, flag_read
 
 _RESCALE_BELOW = 1e-60

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
+from .jit_cache import njit
 from .parallel import claimed
 
 

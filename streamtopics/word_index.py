@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from itertools import chain
 
 import numpy as np
-from numba import njit
+
+from .jit_cache import njit
 
 _EMPTY = np.empty(0, dtype=np.int64)
 FNV_OFFSET = np.uint64(14695981039346656037)  # 64-bit FNV-1a over code points

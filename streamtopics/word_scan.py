@@ -23,8 +23,8 @@ import re
 import threading
 
 import numpy as np
-from numba import njit
 
+from .jit_cache import njit
 from .word_index import FNV_OFFSET, FNV_PRIME, WordIndex, encode, index_probe
 
 __all__ = ["StopSet", "letter_table", "scan_words"]

@@ -89,8 +89,8 @@ import math
 import time
 
 import numpy as np
-from numba import njit
 
+from ..jit_cache import njit
 from .walker import alias_build, prefetch, rng_next, rng_state
 from .word_rows import (MAX_LOAD_DEN, MAX_LOAD_NUM, M_CAP, M_OCC, M_OFF, M_PTR, M_SOFF, M_T, M_VER, M_ZT, WordRows,
                         build_shared_prior, draw_table, row_delete, row_find, row_find_or_insert, row_rebuild, row_slot)

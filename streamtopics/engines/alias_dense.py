@@ -57,9 +57,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from numba import njit
 
 from .alias_core import INIT_UNIFORM, N_LDA_STATS, S_CHANGED, SamplerArrays, SweepHook, run_chain
+from ..jit_cache import njit
 from .walker import prefetch, rng_next, rng_state
 from .word_rows import M_CAP, M_OFF, row_find_or_insert
 

@@ -55,9 +55,9 @@ import time
 from collections import deque
 
 import numpy as np
-from numba import njit
 
 from .alias_core import EXP_GATE, INIT_GIVEN, INIT_UNIFORM, N_STATS, SweepHook, run_chain
+from ..jit_cache import njit
 
 __all__ = ["EXP_GATE", "N_STATS", "SupervisedSweeps", "count_loglik", "doc_topic_counts", "run_fit_chain",
            "run_sweeps", "supervised_term"]

@@ -14,7 +14,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from numba import njit
+
+from ..jit_cache import njit
 
 
 @njit(cache=True, nogil=True)

@@ -40,9 +40,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
 from .._numeric import digamma, select_top
+from ..jit_cache import njit
 from ..parallel import ThreadRunner, claimed
 from ..summary import LocalResult, Summary, summarize_sparse
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from ..jit_cache import njit
 
 # --------------------------------------------------------------------------------------------
 # Random numbers: SplitMix64 (Steele, Lea & Flood 2014), one uint64 of state per kernel call.

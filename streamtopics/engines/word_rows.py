@@ -40,8 +40,8 @@ tests compare whole chains against enumerated posteriors.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit_cache import njit
 from .walker import rng_next, alias_build
 
 M_OFF, M_CAP, M_SOFF, M_T, M_PTR, M_VER, M_ZT, M_OCC = range(8)

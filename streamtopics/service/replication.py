@@ -38,11 +38,11 @@ from typing import NamedTuple
 
 import msgpack
 import numpy as np
-from numba import njit
 
 from ..batch import build_batch_provisional
 from ..batch_ops import doc_lengths, normalise_rows
 from ..births import births_for
+from ..jit_cache import njit
 from ..summary import Summary
 from ..updates import classifier_decay
 from ..supervised.classifier import is_missing

@@ -65,11 +65,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from . import head_io
 from . import samplers as _s
 from .coefficients import carried_coefficients, expected_coefficients
+from ..jit_cache import njit
 from .labels import LabelVocabulary
 from .memo import HeadMemo, MemoRecord, csr, fold
 from .scaling import AUTO, AUTO_NAMES, ScaleStats, auto_constants

@@ -6,7 +6,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+
+from ..jit_cache import njit
 
 
 @njit(cache=True, nogil=True)

@@ -46,7 +46,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from ..jit_cache import njit
 
 PI = math.pi
 PI2 = PI * PI
