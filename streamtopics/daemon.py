@@ -50,6 +50,7 @@ from kafka import TopicPartition
 from . import __version__
 from .config import Config, ConfigError, check_daemon_config, model_from_config, param_differences, prequential_window
 from .explore import TopicExplorer
+from .jit_cache import active_dir
 from .metrics import Metrics, MetricsServer
 from .model import TopicModel
 from .service.checkpoint import LockHeld, SnapshotStore
@@ -226,7 +227,7 @@ class Daemon:
                                         routes=self.explorer.route if self.explorer is not None else None)
         log.info("streamtopics daemon starting", extra={
             "version": __version__, "instance": self.instance, "config": cfg.to_dict(),
-            "metrics_url": self.metrics_url})
+            "metrics_url": self.metrics_url, "kernel_cache": active_dir()})
         self.checkpoints.lock.acquire()  # LockHeld: another daemon writes this snapshot directory
         if self.replicas is not None:
             self.replicas.fetch_snapshot(self.checkpoints.store)

@@ -109,6 +109,11 @@ def njit(*args, **kwargs):
     return wrap
 
 
+def active_dir() -> str | None:
+    """The cache directory this process's kernels use (None before the first cached kernel was defined)."""
+    return _cache_dir
+
+
 def _decorate(decorator, func):
     before = numba_config.CACHE_DIR
     numba_config.CACHE_DIR = _cache_dir  # read when the dispatcher creates its cache locator

@@ -66,3 +66,12 @@ def test_other_versions_are_swept_once_stale(tmp_path):
     got = Path(jit_cache.cache_dir(environ={"NUMBA_CACHE_DIR": str(tmp_path)}))
     assert got.is_dir() and not old.exists()
     assert recent.exists() and foreign.exists()  # in use by another version lately / not ours
+
+
+def test_the_package_kernels_cache_in_the_active_directory():
+    from streamtopics._numeric import digamma
+
+    assert abs(digamma(3.0) - 0.9227843350984671) < 1e-12
+    active = jit_cache.active_dir()
+    assert active is not None and Path(active).name.endswith(jit_cache.source_digest())
+    assert any(Path(active).rglob("_numeric.digamma-*.nbi"))  # numba wrote its index there
