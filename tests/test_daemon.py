@@ -85,14 +85,18 @@ def _produce(bootstrap: str, topic: str, values: list[bytes], **kw) -> list[int]
 
 def _read_all(bootstrap: str, topic: str, want: int | None = None, timeout_s: float = 10.0,
               settle_s: float = 0.5) -> list:
-    """Every record of ``topic`` (all partitions): until ``want`` arrived, then ``settle_s`` more."""
+    """Every record of ``topic`` (all partitions): until ``want`` arrived, then ``settle_s`` more;
+    without ``want``, once records arrive, up to the end offsets the topic had then (a poll that
+    came back empty on a loaded machine used to end the read: a prefix was returned)."""
     c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
                       fetch_max_wait_ms=100)
     out = []
     try:
         parts = c.partitions_for_topic(topic) or {0}
-        c.assign([TopicPartition(topic, p) for p in sorted(parts)])
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        c.assign(tps)
         c.seek_to_beginning()
+        ends = None
         deadline = time.monotonic() + timeout_s
         quiet_until = None
         while time.monotonic() < deadline:
@@ -102,8 +106,11 @@ def _read_all(bootstrap: str, topic: str, want: int | None = None, timeout_s: fl
                 quiet_until = quiet_until or time.monotonic() + settle_s
                 if time.monotonic() >= quiet_until:
                     break
-            elif want is None and not got and out:
-                break
+            elif want is None and out:
+                if ends is None:
+                    ends = c.end_offsets(tps)
+                if all(c.position(tp) >= ends[tp] for tp in tps):
+                    break
     finally:
         c.close()
     return out
