@@ -83,11 +83,18 @@ def _produce(bootstrap: str, topic: str, values: list[bytes], **kw) -> list[int]
         p.close(timeout=5)
 
 
+def _read_to_end(c, tp) -> bool:
+    """The consumer's position in ``tp`` has reached the high watermark of its last fetch."""
+    hw = c.highwater(tp)
+    return hw is not None and c.position(tp) >= hw
+
+
 def _read_all(bootstrap: str, topic: str, want: int | None = None, timeout_s: float = 10.0,
               settle_s: float = 0.5) -> list:
     """Every record of ``topic`` (all partitions): until ``want`` arrived, then ``settle_s`` more;
-    without ``want``, once records arrive, up to the end offsets the topic had then (a poll that
-    came back empty on a loaded machine used to end the read: a prefix was returned)."""
+    without ``want``, once records arrive, until the position reaches the high watermark the
+    fetches report (a poll that came back empty on a loaded machine used to end the read: a
+    prefix was returned). Not ListOffsets: tansu answers it with the last batch's base offset + 1."""
     c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
                       fetch_max_wait_ms=100)
     out = []
@@ -96,7 +103,6 @@ def _read_all(bootstrap: str, topic: str, want: int | None = None, timeout_s: fl
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         c.assign(tps)
         c.seek_to_beginning()
-        ends = None
         deadline = time.monotonic() + timeout_s
         quiet_until = None
         while time.monotonic() < deadline:
@@ -106,11 +112,8 @@ def _read_all(bootstrap: str, topic: str, want: int | None = None, timeout_s: fl
                 quiet_until = quiet_until or time.monotonic() + settle_s
                 if time.monotonic() >= quiet_until:
                     break
-            elif want is None and out:
-                if ends is None:
-                    ends = c.end_offsets(tps)
-                if all(c.position(tp) >= ends[tp] for tp in tps):
-                    break
+            elif want is None and out and all(_read_to_end(c, tp) for tp in tps):
+                break
     finally:
         c.close()
     return out
