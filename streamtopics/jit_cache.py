@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from numba.core import config as numba_config
 PACKAGE_ROOT = Path(__file__).resolve().parent
 STALE_AFTER_S = 3600.0   # other versions' kernels unused this long are removed
 _cache_dir: str | None = None
+_lock = threading.Lock()
 
 
 def source_digest(root: Path = PACKAGE_ROOT) -> str:
@@ -98,15 +100,8 @@ def njit(*args, **kwargs):
     """``numba.njit`` whose ``cache=True`` caches in ``cache_dir()`` (one directory per source version)."""
     if not kwargs.get("cache"):
         return numba.njit(*args, **kwargs)
-    global _cache_dir
-    if _cache_dir is None:
-        _cache_dir = cache_dir()
-    if args and callable(args[0]):  # @njit(cache=True) always calls with keywords only, but be safe
-        return _decorate(numba.njit(**kwargs), args[0])
-
-    def wrap(func):
-        return _decorate(numba.njit(*args, **kwargs), func)
-    return wrap
+    decorator = numba.njit(*args, **kwargs)
+    return lambda func: _decorate(decorator, func)
 
 
 def active_dir() -> str | None:
@@ -115,9 +110,16 @@ def active_dir() -> str | None:
 
 
 def _decorate(decorator, func):
-    before = numba_config.CACHE_DIR
-    numba_config.CACHE_DIR = _cache_dir  # read when the dispatcher creates its cache locator
-    try:
-        return decorator(func)
-    finally:
-        numba_config.CACHE_DIR = before
+    global _cache_dir
+    # numba reads its global CACHE_DIR when a dispatcher creates its cache locator. The lock keeps
+    # two threads importing kernel modules at once from restoring it under each other (a dispatcher
+    # would then fall back to numba's in-tree cache, the one keyed by its own file only).
+    with _lock:
+        if _cache_dir is None:
+            _cache_dir = cache_dir()
+        before = numba_config.CACHE_DIR
+        numba_config.CACHE_DIR = _cache_dir
+        try:
+            return decorator(func)
+        finally:
+            numba_config.CACHE_DIR = before
