@@ -216,6 +216,43 @@ def _send(bootstrap: str, topic: str, values: list[bytes], timeout_s: float = 60
             time.sleep(0.5)
 
 
+def _where_missing(bootstrap: str, missing: set, sent: list, marks: list, proc: _Proc) -> dict:
+    """Why documents have no prediction: where the current broker holds them (partition,
+    offsets), in which of the broker's lives they were first acknowledged, and what the daemon
+    logged about partitions and resets (the failure message carries it)."""
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
+                      consumer_timeout_ms=3000)
+    held: dict = {}
+    ends: dict = {}
+    try:
+        parts = sorted(c.partitions_for_topic("docs") or {0})
+        c.assign([TopicPartition("docs", p) for p in parts])
+        for r in c:
+            ends[r.partition] = r.offset + 1
+            i = msgpack.unpackb(r.value).get("id")
+            if i in missing:
+                held.setdefault(i, (r.partition, r.offset))
+    finally:
+        c.close()
+    order = {i: k for k, i in enumerate(sent)}
+    life = {}
+    for i in missing:
+        k = order.get(i)
+        life[i] = None if k is None else sum(1 for ev, n in marks if ev == "start" and n <= k)
+    by_part: dict = {}
+    for i in missing:
+        key = str(held[i][0]) if i in held else "not held"
+        by_part.setdefault(key, []).append(held.get(i, (None, None))[1])
+    keep = ("partition", "reset", "assign", "revok", "topic", "rebalanc", "offset")
+    events = [{k: e.get(k) for k in ("msg", "partition", "offset", "reason", "partitions") if k in e}
+              for e in proc.logs() if any(w in str(e.get("msg", "")).lower() for w in keep)]
+    return {"partitions_held": {k: [len(v), min(o for o in v if o is not None) if any(o is not None for o in v)
+                                    else None] for k, v in by_part.items()},
+            "topic_ends": ends, "lives": sorted({str(v) for v in life.values()}),
+            "life_counts": {str(k): list(life.values()).count(k) for k in set(life.values())},
+            "marks": marks, "daemon_events": events[-40:]}
+
+
 def _outage_run(tmp_path: Path, cycles: int, outage_s: float, n: int, seed: int) -> dict:
     """A producer sends 100 documents/s throughout (retrying while the broker is away, so it
     races the daemon's CreateTopics when the broker comes back, as in the issue); the broker is
@@ -253,6 +290,7 @@ def _outage_run(tmp_path: Path, cycles: int, outage_s: float, n: int, seed: int)
         producer = threading.Thread(target=produce, daemon=True)
         producer.start()
         seen: set = set()   # ids predicted, collected before each outage (the broker forgets)
+        marks: list = []    # (event, number of ids acknowledged so far): where each life began
         stream_s = n / per_s
         for t in sorted(rng.uniform(0.1, 0.9) * stream_s for _ in range(cycles)):
             time.sleep(max(0.5, t / cycles))
@@ -260,8 +298,11 @@ def _outage_run(tmp_path: Path, cycles: int, outage_s: float, n: int, seed: int)
             with lock:
                 before = list(sent)
             b.stop(grace_s=0)
+            marks.append(("stop", len(before)))
             time.sleep(outage_s)
             b.start()
+            with lock:
+                marks.append(("start", len(sent)))
             _wait(lambda: _get(url + "/readyz")[0] == 200, 120, "daemon ready after the outage", interval=0.5)
             # Predictions of batches learned before the outage are delivered to the new broker
             # (the publisher retries); only what no prediction will ever show is sent again.
@@ -294,6 +335,8 @@ def _outage_run(tmp_path: Path, cycles: int, outage_s: float, n: int, seed: int)
                "docs_seen": int(final.state.docs_seen), "resets": resets, "quarantined": quarantined,
                "skipped": skipped, "readyz": ready[0], "rc": rc}
         print("\nbroker outages " + json.dumps(res))
+        if res["unpredicted"]:
+            res["where"] = _where_missing(b.bootstrap, set(ids) - now_seen, sent, marks, proc)
         assert res["unpredicted"] == 0, res
         # No record learned twice: never more learned than the broker ever acknowledged, and at
         # least every distinct document (each one was predicted; predicting means learning).
