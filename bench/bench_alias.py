@@ -187,7 +187,7 @@ def _variants(args) -> list[tuple[str, dict]]:
     out = []
     for mh in args.mh:
         for tries in args.tries:
-            kw = {"mh_steps": mh}
+            kw = {} if mh == "auto" else {"mh_steps": int(mh)}
             if tries != "auto":  # "2" (both kinds) or "2x1" (word x doc candidates)
                 kw["tries"] = tuple(int(t) for t in tries.split("x")) if "x" in tries else int(tries)
             out.append((f"mh={mh} tries={tries}", kw))
@@ -313,11 +313,12 @@ def main(argv=None) -> int:
     ap.add_argument("--speed-sweeps", type=int, default=100)
     ap.add_argument("--quality-sweeps", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=2, help="paired speed rounds (median ratio)")
-    ap.add_argument("--mh", default="2", help="MH steps per token to run the alias engine with (first: headline)")
+    ap.add_argument("--mh", default="auto", help="MH steps per token to run the alias engine with: auto (the default "
+                    "for K, with tries: alias_core.resolve_steps) and/or N (first: headline)")
     ap.add_argument("--tries", default="auto", help="candidates per MH step: auto (the default), N (both kinds) and/or WxD (word x doc)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
-    args.mh = [int(x) for x in args.mh.split(",")]
+    args.mh = [x if x == "auto" else int(x) for x in args.mh.split(",")]
     args.tries = args.tries.split(",")
     ks = [int(k) for k in args.k.split(",")]
     if args.quick:

@@ -44,6 +44,7 @@ SLOT_TABLES = ("engine", "update", "supervision", "text", "vocabulary")
 TOP_KEYS = ("n_topics", "alpha", "beta", "seed", "init", "init_smoothing", "threads", "prequential_window")
 # config value standing for the library's None / "auto"
 NONE_AS = {"alpha": 0.0, "beta": 0.0, "corpus_size": 0, "memo_window": 0, "vocab_cap": 0, "table_draws": 0, "threads": 0,
+           "mh_steps": 0,
            "sup_c": 0.0, "sup_ell": 0.0, "sup_epsilon": 0.0, "sup_prior_var": 0.0, "sup_decay": 0.0, "sup_burn_in": -1,
            "sup_max_labels": 0, "supervision": "none"}
 
@@ -120,7 +121,7 @@ def _tries(m):
 
     if not (m.tries or m.doc_tries):
         return None
-    word, doc = default_tries(m.n_topics)
+    word, doc = default_tries(m.n_topics, supervised=library_value(m, "supervision") is not None)
     return m.tries or word, m.doc_tries or doc
 
 

@@ -63,7 +63,7 @@ def fingerprints() -> dict:
     out = {}
     # batch mode, unsupervised: default options, then mixture + uniform alpha part + tries (2, 2)
     for name, K, kw in [("fit", 5, {}), ("fit_mix", 5, dict(proposal="mixture", alpha_proposal="uniform", tries=(2, 2))),
-                        ("fit_k300", 300, {})]:
+                        ("fit_k300", 300, dict(mh_steps=2, tries=(2, 1)))]:  # the large-K default when captured
         st = _state(K)
         seen = []
         stats = AliasEngine(kernel="mh", **kw).fit_state(st, batch, 7, seed=11,

@@ -16,7 +16,7 @@ from streamtopics.config import (
     LimitsConfig,
     load_config,
 )
-from streamtopics.engines.alias_core import resolve_tries
+from streamtopics.engines.alias_core import resolve_steps, resolve_tries
 from streamtopics.stream.codec import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -306,11 +306,23 @@ def test_alias_settings_reach_the_model():
     base = {"model": {"engine": "alias", "n_topics": 512, "burn_in": 1, "sample_sweeps": 2, "mh_steps": 3}}
     m = model_from_config(Config.from_dict(base).model)
     assert (m.burn_in, m.sample_sweeps, m.mh_steps, m.tries) == (1, 2, 3, None)
-    assert resolve_tries(m.local_step.tries, 512) == (2, 1)
+    assert resolve_tries(m.local_step.tries, 512) == (2, 3)
     m = model_from_config(Config.from_dict({"model": {**base["model"], "tries": 3}}).model)
-    assert m.tries == (3, 1)
+    assert m.tries == (3, 3)
     m = model_from_config(Config.from_dict({"model": {**base["model"], "doc_tries": 2}}).model)
     assert m.tries == (2, 2)
+    # supervised runs keep LightMedLDA's pair for the part left at auto
+    m = model_from_config(Config.from_dict({"model": {**base["model"], "tries": 3, "supervision": "hinge"}}).model)
+    assert m.tries == (3, 1)
+    # mh_steps = 0 is the library's auto: 1 step with (2, 3) for LDA at K >= 256, 2 steps below
+    m = model_from_config(Config.from_dict({"model": {**base["model"], "mh_steps": 0}}).model)
+    assert m.mh_steps is None
+    assert resolve_steps(m.mh_steps, m.tries, 512) == (1, (2, 3))
+    assert resolve_steps(m.mh_steps, m.tries, 512, supervised=True) == (2, (2, 1))
+    assert resolve_steps(None, None, 100) == (2, (1, 1))
+    assert resolve_steps(None, (2, 1), 512) == (2, (2, 1))  # tries chosen by hand: 2 steps, as before
+    with pytest.raises(ValueError, match="mh_steps"):
+        resolve_steps(0, None, 512)
     with pytest.raises(ConfigError, match="doc_tries"):
         Config.from_dict({"model": {**base["model"], "doc_tries": 65}})
 

@@ -106,7 +106,7 @@ def test_get_params_rebuilds_the_model_and_snapshots_list_the_options(tmp_path):
     r = load_snapshot(tmp_path / "m.stsnap")
     assert r.options == m.options and np.array_equal(r.state.mu, m.state.mu)
     header, _ = m.snapshot_parts()
-    assert header["options"]["engine"] == {"kind": "alias", "burn_in": 2, "sample_sweeps": 4, "mh_steps": 2,
+    assert header["options"]["engine"] == {"kind": "alias", "burn_in": 2, "sample_sweeps": 4, "mh_steps": None,
                                            "proposal": "cycle", "table_draws": None, "alpha_proposal": "word",
                                            "tries": [2, 1], "kernel": "auto"}
     assert header["options"]["supervision"]["pg_method"] == "gamma_sum"

@@ -21,7 +21,8 @@ import numpy as np
 
 from ..summary import LocalResult, Summary
 from .alias_core import (INIT_TABLE, INIT_UNIFORM, S_CHANGED, S_EXP_DOCS, S_REBUILDS, SamplerArrays,  # noqa: F401
-                         SweepHook, acceptance, check_tries, default_tries, resolve_tries, run_chain)
+                         SweepHook, acceptance, check_tries, default_mh_steps, default_tries, resolve_steps, resolve_tries,
+                         run_chain)
 from .alias_dense import KERNELS, check_kernel, choose_kernel, run_dense_sampler  # noqa: F401  (KERNELS: public)
 from .alias_supervised import SupervisedSweeps, count_loglik, run_fit_chain
 from .walker import alias_sample  # noqa: F401  (public: tests and callers draw from a Walker table)
@@ -84,7 +85,7 @@ def _mh_batch(tok_w, tok_ptr, U: int, K: int, alpha: float, beta: float, n_vocab
 
 
 def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta: float, n_vocab: int,
-                      n_sweeps: int, seed: int, mh_steps: int = 2, proposal: str = "cycle",
+                      n_sweeps: int, seed: int, mh_steps: int | None = None, proposal: str = "cycle",
                       table_draws: int | None = None, callback: Callable | None = None,
                       callback_every: int = 0, alpha_proposal: str = "word",
                       tries: int | tuple[int, int] | None = None, head=None, targets=None, eta_sweeps: int = 1,
@@ -124,7 +125,7 @@ def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta:
     if chosen == "dense":
         return run_dense_sampler(tok_w, tok_ptr, U, K, alpha, beta, n_vocab, n_sweeps, seed, table_draws,
                                  chunk=step, hook=_Progress(callback))
-    m = resolve_tries(tries, K)
+    mh_steps, m = resolve_steps(mh_steps, tries, K)
     arr, _, call = _mh_batch(tok_w, tok_ptr, U, K, alpha, beta, n_vocab, mh_steps, proposal, table_draws,
                              alpha_proposal, m)
     seeds = np.random.SeedSequence(seed).generate_state(max(n_sweeps, 1) + 1, dtype=np.uint32)
@@ -132,11 +133,11 @@ def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta:
     return arr, {"kernel": "mh", "mh_acceptance": acceptance(total), "alias_rebuilds": int(total[S_REBUILDS]),
                  "sweeps": int(n_sweeps), "sampling_seconds": elapsed,
                  "changed_per_sweep": float(total[S_CHANGED]) / max(n_sweeps, 1), "tries": list(m),
-                 "rows_mib": arr.nbytes / 2**20}
+                 "mh_steps": mh_steps, "rows_mib": arr.nbytes / 2**20}
 
 
 def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta: float, n_vocab: int,
-                                 n_sweeps: int, seed: int, head, targets, mh_steps: int = 2, proposal: str = "cycle",
+                                 n_sweeps: int, seed: int, head, targets, mh_steps: int | None = None, proposal: str = "cycle",
                                  table_draws: int | None = None, callback: Callable | None = None,
                                  callback_every: int = 0, alpha_proposal: str = "word",
                                  tries: int | tuple[int, int] | None = None, eta_sweeps: int = 1,
@@ -158,7 +159,7 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
     check_proposals(proposal, alpha_proposal)
     K = int(n_topics)
     n_sweeps = int(n_sweeps)
-    m = resolve_tries(tries, K)
+    mh_steps, m = resolve_steps(mh_steps, tries, K, supervised=True)
     burn = n_sweeps // 2 if eta_burn_in is None else min(int(eta_burn_in), n_sweeps - 1)
     sv = SupervisedSweeps(head, targets, tok_ptr, K, sample_eta=True, eta_sweeps=eta_sweeps, burn=burn,
                           callback=callback, callback_every=callback_every, window=window)
@@ -173,7 +174,7 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
                  "sweeps": done, "sampling_seconds": t_kernel + sv.seconds, "kernel_seconds": t_kernel,
                  "supervised_seconds": sv.seconds, "changed_per_sweep": float(total[S_CHANGED]) / max(done, 1),
                  "exp_proposal_docs_per_sweep": float(total[S_EXP_DOCS]) / max(done, 1),
-                 "supervised_docs": int(sv.rows.size), "eta_retained": sv.kept, "tries": list(m),
+                 "supervised_docs": int(sv.rows.size), "eta_retained": sv.kept, "tries": list(m), "mh_steps": mh_steps,
                  "loglik_trace": trace}
 
 
@@ -183,8 +184,9 @@ class AliasEngine:
 
     burn_in : sweeps over the minibatch before statistics are collected.
     sample_sweeps : sweeps whose assignments are averaged into doc_topic and the summary.
-    mh_steps : MH steps per token per sweep (default 2); as in LightLDA a step is one word and
-        one doc proposal ("cycle"), or two proposals each picked at random ("mixture").
+    mh_steps : MH steps per token per sweep; as in LightLDA a step is one word and one doc
+        proposal ("cycle"), or two proposals each picked at random ("mixture").  None: 1 for
+        LDA runs from 256 topics on (with tries (2, 3)), else 2 (``alias_core.resolve_steps``).
     proposal : "cycle" or "mixture" composition of the two kernels (Light-MedLDA Theorem 1).
     alpha_proposal : where the doc proposal's alpha part comes from: "word" (the word's own
         alias table, matching the target's alpha term) or "uniform" (LightLDA's shared table).
@@ -192,7 +194,8 @@ class AliasEngine:
         max(K, 256); rare words' tables hold fewer, ``word_rows.WordRows``).
     tries : candidates per MH step, drawn from the step's proposal and chosen among by the other
         factor of the target (multiple-try MH, module docstring): an int for both kinds or a
-        (word, doc) pair; None: (2, 1) for K >= 256, else (1, 1).
+        (word, doc) pair; None: for K >= 256 (2, 3) in LDA runs and (2, 1) in supervised ones,
+        else (1, 1).
     kernel : the kernel of unsupervised batch fits (``fit_state``): "auto" (dense exact Gibbs
         at small K, alias-MH above: ``alias_dense``), "dense" or "mh"; streaming ``infer`` and
         supervised fits run the MH kernel.
@@ -202,7 +205,7 @@ class AliasEngine:
 
     burn_in: int = 4
     sample_sweeps: int = 4
-    mh_steps: int = 2
+    mh_steps: int | None = None
     proposal: str = "cycle"
     table_draws: int | None = None
     alpha_proposal: str = "word"
@@ -216,10 +219,11 @@ class AliasEngine:
         check_proposals(self.proposal, self.alpha_proposal)
         check_kernel(self.kernel)
         self.tries = check_tries(self.tries)
+        resolve_steps(self.mh_steps, self.tries, 2)  # validates mh_steps
         self._rng = np.random.default_rng(self.seed)
 
-    def _tries(self, K: int) -> tuple[int, int]:
-        return resolve_tries(self.tries, K)
+    def _steps(self, K: int, supervised: bool) -> tuple[int, tuple[int, int]]:
+        return resolve_steps(self.mh_steps, self.tries, K, supervised)
 
     def _next_seed(self) -> int:
         if self.seed_source is not None:
@@ -247,11 +251,11 @@ class AliasEngine:
         Gk = state.lam_totals().astype(np.float64)
         z_rec = np.zeros((n_samp if summarize else 0, N), dtype=np.int32)
         doc_acc = np.zeros((D, K))
-        tries = self._tries(K)
         sv = SupervisedSweeps(head, targets, tok_ptr, K) if head is not None and targets is not None else None
+        mh_steps, tries = self._steps(K, sv is not None)
 
         def call(seed_, n, init, record_from, z_rec_, doc_acc_):
-            return arr.run(seed_, tok_w, tok_ptr, Gk, G, True, state.beta, state.alpha, n, self.mh_steps,
+            return arr.run(seed_, tok_w, tok_ptr, Gk, G, True, state.beta, state.alpha, n, mh_steps,
                            self.proposal == "mixture", init, record_from, z_rec_, doc_acc_,
                            word_prior=self.alpha_proposal == "word", tries=tries,
                            sup=None if sv is None else sv.term())
