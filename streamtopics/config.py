@@ -289,13 +289,13 @@ class ModelConfig:
                           "is the same for any number); 0 = the cores the process may use.", ge=0, le=1024)
     burn_in: int = opt(_library_default("burn_in"), "Alias engine: sweeps over each minibatch before its statistics are collected.", ge=0)
     sample_sweeps: int = opt(_library_default("sample_sweeps"), "Alias engine: sweeps whose topic counts are averaged into the update.", ge=1)
-    mh_steps: int = opt(_library_default("mh_steps", 0), "Alias engine: Metropolis-Hastings steps of each kind (word, doc) per token and sweep; 0 = auto: 1 from 256 topics on (LDA, with 2 word and 3 doc candidates), else 2 (2 also when tries is set).", ge=0)
+    mh_steps: int = opt(_library_default("mh_steps", 0), "Alias engine: Metropolis-Hastings steps of each kind (word, doc) per token and sweep; 0 = auto: 1 from 256 topics on (with 2 word and 3 doc candidates), else 2 (2 also when tries is set).", ge=0)
     proposal: str = opt(_library_default("proposal"), "Alias engine: cycle or mixture of the word and doc proposals.", choices=("cycle", "mixture"))
     table_draws: int = opt(0, "Alias engine: samples drawn per alias table before it is rebuilt; 0 = max(K, 256).", ge=0)
     alpha_proposal: str = opt(_library_default("alpha_proposal"), "Alias engine: the doc proposal's alpha part drawn from the word's table (word) or uniformly.", choices=("word", "uniform"))
     tries: int = opt(0, "Alias engine: candidates per word MH step (multiple-try); 0 = 2 from 256 topics on, else 1.",
                      ge=0, le=64)
-    doc_tries: int = opt(0, "Alias engine: candidates per doc MH step (multiple-try); 0 = auto: 3 from 256 topics on in LDA runs (1 when supervised), else 1.", ge=0, le=64)
+    doc_tries: int = opt(0, "Alias engine: candidates per doc MH step (multiple-try); 0 = auto: 3 from 256 topics on, else 1.", ge=0, le=64)
     kernel: str = opt(_library_default("kernel", "auto"), "Alias engine: kernel of batch fits without labels; auto = dense exact Gibbs up to 768 topics, alias-MH above.", choices=("auto", "dense", "mh"))
 
 

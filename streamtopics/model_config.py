@@ -121,7 +121,7 @@ def _tries(m):
 
     if not (m.tries or m.doc_tries):
         return None
-    word, doc = default_tries(m.n_topics, supervised=library_value(m, "supervision") is not None)
+    word, doc = default_tries(m.n_topics)
     return m.tries or word, m.doc_tries or doc
 
 

@@ -149,11 +149,11 @@ class LSparse(_Option):
 class AliasMH(_Option):
     """Alias-table Metropolis-Hastings sampler (engines.alias): ``burn_in`` / ``sample_sweeps``
     sweeps per minibatch before / while statistics are averaged, ``mh_steps`` MH steps per token
-    (None: 1 with tries (2, 3) for LDA runs from K = 256, else 2),
+    (None: 1 with tries (2, 3) from K = 256, else 2),
     ``proposal`` "cycle" or "mixture" of the word and doc proposals, ``table_draws`` samples per
     alias table before a rebuild (None: max(K, 256)), ``alpha_proposal`` "word" or "uniform",
-    ``tries`` candidates per MH step: an int for both kinds or a (word, doc) pair; None: for
-    K >= 256 (2, 3) in LDA runs and (2, 1) in supervised ones, else (1, 1); ``kernel`` of batch fits without labels: "auto" (dense exact Gibbs
+    ``tries`` candidates per MH step: an int for both kinds or a (word, doc) pair; None: (2, 3)
+    for K >= 256, else (1, 1); ``kernel`` of batch fits without labels: "auto" (dense exact Gibbs
     at K <= 768, alias-MH above: engines.alias_dense), "dense" or "mh"."""
 
     # the engine's own defaults: one home for each value

@@ -311,14 +311,10 @@ def test_alias_settings_reach_the_model():
     assert m.tries == (3, 3)
     m = model_from_config(Config.from_dict({"model": {**base["model"], "doc_tries": 2}}).model)
     assert m.tries == (2, 2)
-    # supervised runs keep LightMedLDA's pair for the part left at auto
-    m = model_from_config(Config.from_dict({"model": {**base["model"], "tries": 3, "supervision": "hinge"}}).model)
-    assert m.tries == (3, 1)
-    # mh_steps = 0 is the library's auto: 1 step with (2, 3) for LDA at K >= 256, 2 steps below
+    # mh_steps = 0 is the library's auto: 1 step with (2, 3) at K >= 256, 2 steps with (1, 1) below
     m = model_from_config(Config.from_dict({"model": {**base["model"], "mh_steps": 0}}).model)
     assert m.mh_steps is None
     assert resolve_steps(m.mh_steps, m.tries, 512) == (1, (2, 3))
-    assert resolve_steps(m.mh_steps, m.tries, 512, supervised=True) == (2, (2, 1))
     assert resolve_steps(None, None, 100) == (2, (1, 1))
     assert resolve_steps(None, (2, 1), 512) == (2, (2, 1))  # tries chosen by hand: 2 steps, as before
     with pytest.raises(ValueError, match="mh_steps"):

@@ -159,7 +159,7 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
     check_proposals(proposal, alpha_proposal)
     K = int(n_topics)
     n_sweeps = int(n_sweeps)
-    mh_steps, m = resolve_steps(mh_steps, tries, K, supervised=True)
+    mh_steps, m = resolve_steps(mh_steps, tries, K)
     burn = n_sweeps // 2 if eta_burn_in is None else min(int(eta_burn_in), n_sweeps - 1)
     sv = SupervisedSweeps(head, targets, tok_ptr, K, sample_eta=True, eta_sweeps=eta_sweeps, burn=burn,
                           callback=callback, callback_every=callback_every, window=window)
@@ -185,8 +185,8 @@ class AliasEngine:
     burn_in : sweeps over the minibatch before statistics are collected.
     sample_sweeps : sweeps whose assignments are averaged into doc_topic and the summary.
     mh_steps : MH steps per token per sweep; as in LightLDA a step is one word and one doc
-        proposal ("cycle"), or two proposals each picked at random ("mixture").  None: 1 for
-        LDA runs from 256 topics on (with tries (2, 3)), else 2 (``alias_core.resolve_steps``).
+        proposal ("cycle"), or two proposals each picked at random ("mixture").  None: 1 from
+        256 topics on (with tries (2, 3)), else 2 (``alias_core.resolve_steps``).
     proposal : "cycle" or "mixture" composition of the two kernels (Light-MedLDA Theorem 1).
     alpha_proposal : where the doc proposal's alpha part comes from: "word" (the word's own
         alias table, matching the target's alpha term) or "uniform" (LightLDA's shared table).
@@ -194,8 +194,7 @@ class AliasEngine:
         max(K, 256); rare words' tables hold fewer, ``word_rows.WordRows``).
     tries : candidates per MH step, drawn from the step's proposal and chosen among by the other
         factor of the target (multiple-try MH, module docstring): an int for both kinds or a
-        (word, doc) pair; None: for K >= 256 (2, 3) in LDA runs and (2, 1) in supervised ones,
-        else (1, 1).
+        (word, doc) pair; None: (2, 3) for K >= 256, else (1, 1).
     kernel : the kernel of unsupervised batch fits (``fit_state``): "auto" (dense exact Gibbs
         at small K, alias-MH above: ``alias_dense``), "dense" or "mh"; streaming ``infer`` and
         supervised fits run the MH kernel.
@@ -222,8 +221,8 @@ class AliasEngine:
         resolve_steps(self.mh_steps, self.tries, 2)  # validates mh_steps
         self._rng = np.random.default_rng(self.seed)
 
-    def _steps(self, K: int, supervised: bool) -> tuple[int, tuple[int, int]]:
-        return resolve_steps(self.mh_steps, self.tries, K, supervised)
+    def _steps(self, K: int) -> tuple[int, tuple[int, int]]:
+        return resolve_steps(self.mh_steps, self.tries, K)
 
     def _next_seed(self) -> int:
         if self.seed_source is not None:
@@ -252,7 +251,7 @@ class AliasEngine:
         z_rec = np.zeros((n_samp if summarize else 0, N), dtype=np.int32)
         doc_acc = np.zeros((D, K))
         sv = SupervisedSweeps(head, targets, tok_ptr, K) if head is not None and targets is not None else None
-        mh_steps, tries = self._steps(K, sv is not None)
+        mh_steps, tries = self._steps(K)
 
         def call(seed_, n, init, record_from, z_rec_, doc_acc_):
             return arr.run(seed_, tok_w, tok_ptr, Gk, G, True, state.beta, state.alpha, n, mh_steps,
