@@ -11,8 +11,7 @@ def build_engine(opt: LSparse | AliasMH, runner, seed_source):
     """The engine of ``opt``; ``runner()`` makes the variational engine's thread runner,
     ``seed_source()`` gives the sampler the seed of each call."""
     if isinstance(opt, AliasMH):
-        steps = None if opt.mh_steps is None else int(opt.mh_steps)
-        return AliasEngine(burn_in=int(opt.burn_in), sample_sweeps=int(opt.sample_sweeps), mh_steps=steps,
+        return AliasEngine(burn_in=int(opt.burn_in), sample_sweeps=int(opt.sample_sweeps), mh_steps=opt.mh_steps,
                            proposal=opt.proposal, table_draws=None if opt.table_draws is None else int(opt.table_draws),
                            alpha_proposal=opt.alpha_proposal, tries=opt.tries, kernel=opt.kernel,
                            seed_source=seed_source)

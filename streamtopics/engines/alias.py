@@ -21,8 +21,7 @@ import numpy as np
 
 from ..summary import LocalResult, Summary
 from .alias_core import (INIT_TABLE, INIT_UNIFORM, S_CHANGED, S_EXP_DOCS, S_REBUILDS, SamplerArrays,  # noqa: F401
-                         SweepHook, acceptance, check_tries, default_mh_steps, default_tries, resolve_steps, resolve_tries,
-                         run_chain)
+                         SweepHook, acceptance, check_mh_steps, check_tries, default_tries, resolve_steps, run_chain)
 from .alias_dense import KERNELS, check_kernel, choose_kernel, run_dense_sampler  # noqa: F401  (KERNELS: public)
 from .alias_supervised import SupervisedSweeps, count_loglik, run_fit_chain
 from .walker import alias_sample  # noqa: F401  (public: tests and callers draw from a Walker table)
@@ -218,7 +217,7 @@ class AliasEngine:
         check_proposals(self.proposal, self.alpha_proposal)
         check_kernel(self.kernel)
         self.tries = check_tries(self.tries)
-        resolve_steps(self.mh_steps, self.tries, 2)  # validates mh_steps
+        self.mh_steps = check_mh_steps(self.mh_steps)
         self._rng = np.random.default_rng(self.seed)
 
     def _steps(self, K: int) -> tuple[int, tuple[int, int]]:

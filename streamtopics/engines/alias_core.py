@@ -136,18 +136,22 @@ def default_mh_steps(K: int) -> int:
     return 1 if K >= MULTI_TRY_K else 2
 
 
+def check_mh_steps(mh_steps) -> int | None:
+    """Validate ``mh_steps`` (None = the default for K, or an int >= 1); return it normalised."""
+    if mh_steps is None:
+        return None
+    if isinstance(mh_steps, bool) or not isinstance(mh_steps, (int, np.integer)) or mh_steps < 1:
+        raise ValueError(f"mh_steps must be None or an integer >= 1 (got {mh_steps!r})")
+    return int(mh_steps)
+
+
 def resolve_steps(mh_steps, tries, K: int) -> tuple[int, tuple[int, int]]:
     """(MH steps, (word, doc) candidates) of a run.  None picks the default pair for K; the
     two were measured together, so ``tries`` given without ``mh_steps`` keeps 2 steps."""
-    pair = check_tries(tries)
-    if mh_steps is not None and int(mh_steps) < 1:
-        raise ValueError(f"mh_steps must be None or >= 1 (got {mh_steps!r})")
-    if pair is None:
-        pair = default_tries(K)
-        steps = default_mh_steps(K) if mh_steps is None else int(mh_steps)
-    else:
-        steps = _EXPLICIT_TRIES_STEPS if mh_steps is None else int(mh_steps)
-    return steps, pair
+    steps = check_mh_steps(mh_steps)
+    if steps is None:
+        steps = default_mh_steps(K) if check_tries(tries) is None else _EXPLICIT_TRIES_STEPS
+    return steps, resolve_tries(tries, K)
 
 
 def check_tries(tries) -> tuple[int, int] | None:
