@@ -295,7 +295,7 @@ class ModelConfig:
     alpha_proposal: str = opt(_library_default("alpha_proposal"), "Alias engine: the doc proposal's alpha part drawn from the word's table (word) or uniformly.", choices=("word", "uniform"))
     tries: int = opt(0, "Alias engine: candidates per word MH step (multiple-try); 0 = 2 from 256 topics on, else 1.",
                      ge=0, le=64)
-    doc_tries: int = opt(0, "Alias engine: candidates per doc MH step (multiple-try); 0 = auto: 3 from 256 topics on, else 1.", ge=0, le=64)
+    doc_tries: int = opt(0, "Alias engine: candidates per doc MH step (multiple-try); 0 = auto: from 256 topics on 3, or more (up to 16) where K x alpha outweighs a document's other tokens, else 1.", ge=0, le=64)
     kernel: str = opt(_library_default("kernel", "auto"), "Alias engine: kernel of batch fits without labels; auto = dense exact Gibbs up to 768 topics, alias-MH above.", choices=("auto", "dense", "mh"))
 
 

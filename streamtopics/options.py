@@ -153,7 +153,8 @@ class AliasMH(_Option):
     ``proposal`` "cycle" or "mixture" of the word and doc proposals, ``table_draws`` samples per
     alias table before a rebuild (None: max(K, 256)), ``alpha_proposal`` "word" or "uniform",
     ``tries`` candidates per MH step: an int for both kinds or a (word, doc) pair; None: (2, 3)
-    for K >= 256, else (1, 1); ``kernel`` of batch fits without labels: "auto" (dense exact Gibbs
+    for K >= 256 (more doc candidates where K alpha outweighs the document's other tokens:
+    ``alias_core.default_tries``), else (1, 1); ``kernel`` of batch fits without labels: "auto" (dense exact Gibbs
     at K <= 768, alias-MH above: engines.alias_dense), "dense" or "mh"."""
 
     # the engine's own defaults: one home for each value

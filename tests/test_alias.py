@@ -352,3 +352,43 @@ def test_alias_parameters_are_validated_and_fit_contract():
         m.fit([["a", "b"]], n_iter=0)
     with pytest.raises(ValueError, match="whole numbers"):
         batch_tokens(batch_from_arrays(np.array([0, 1]), np.array([0]), np.array([1.5])))
+
+
+def test_doc_candidates_scale_with_the_alpha_share_of_the_doc_proposal():
+    """From MULTI_TRY_K topics on, the doc step draws about DOC_OWN_TRIES candidates from the
+    document's own tokens: the more of q_d's mass K alpha takes (short documents, a large fixed
+    alpha, many topics), the more candidates (alias_core docstring); runs report what they used."""
+    from streamtopics.engines.alias_core import MAX_DOC_TRIES, MULTI_TRY_K, default_tries, own_share
+
+    # the share, token-averaged: docs of 1, 3 and 6 tokens, K alpha = 2 (an empty doc counts nothing)
+    ptr = np.array([0, 1, 1, 4, 10])
+    want = (1 * 0 / 2 + 3 * 2 / 4 + 6 * 5 / 7) / 10
+    assert own_share(ptr, 2.0) == pytest.approx(want)
+    assert own_share(np.array([0]), 2.0) == 1.0
+    # long documents / small K alpha: the measured default (2, 3); below MULTI_TRY_K: (1, 1)
+    assert default_tries(1024, 1.0) == (2, 3) == default_tries(1024, 0.645)  # 20NG at K=1024, alpha=0.1
+    assert default_tries(4096, 0.378) == (2, 5)                             # 20NG at K=4096, alpha=0.1
+    assert default_tries(MULTI_TRY_K - 1, 0.01) == (1, 1)
+    docs = [default_tries(512, s)[1] for s in (0.9, 0.5, 0.3, 0.2, 0.1, 0.01)]
+    assert docs == sorted(docs) and docs[0] == 3 and docs[-1] == MAX_DOC_TRIES
+    assert default_tries(512, 0.0) == (2, 3)  # single-token documents: no own tokens to draw
+
+    # the batch fit and the streaming step resolve the rule on their own documents (kernel "mh": at
+    # this K an unsupervised fit would run the dense exact kernel, which has no candidates)
+    rng = np.random.default_rng(0)
+    short = [[f"w{j}" for j in rng.integers(0, 40, size=4)] for _ in range(60)]
+    m = TopicModel(n_topics=MULTI_TRY_K, engine="alias", kernel="mh", alpha=0.5, seed=1)  # K alpha = 128 >> 3
+    m.fit(short, n_sweeps=2)
+    assert m.last_stats["tries"] == [2, MAX_DOC_TRIES] and m.last_stats["mh_steps"] == 1
+    m = TopicModel(n_topics=MULTI_TRY_K, engine="alias", kernel="mh", seed=1)  # alpha "auto": 1/K to start
+    m.fit(short, n_sweeps=2)
+    assert m.last_stats["tries"] == [2, 3]
+    m = TopicModel(n_topics=MULTI_TRY_K, engine="alias", kernel="mh", alpha=0.5, seed=1, tries=(2, 2))
+    m.fit(short, n_sweeps=2)
+    assert m.last_stats["tries"] == [2, 2]
+    s = TopicModel(n_topics=MULTI_TRY_K, engine="alias", alpha=0.5, seed=1)  # streaming: per minibatch
+    s.partial_fit(short)
+    assert s.last_stats["tries"] == [2, MAX_DOC_TRIES] and s.last_stats["mh_steps"] == 1
+    s = TopicModel(n_topics=MULTI_TRY_K, engine="alias", seed=1)
+    s.partial_fit(short)
+    assert s.last_stats["tries"] == [2, 3]
