@@ -49,9 +49,10 @@ factor choose among them, with exact corrections:
 As tries grow, the word step tends to AliasLDA's proposal (n_dk + alpha) q_w(k) and the
 doc step to a draw from p itself.  With tries = 1 both are plain LightLDA MH steps.
 Defaults (``resolve_steps``): below K = 256, 2 steps of each kind with (1, 1) candidates; from
-K = 256 on, 1 step of each kind with (word, doc) = (2, 3) candidates (supervised runs too: their
-step adds the exp proposal; supervised fit at K = 256 on 20NG, three runs: test accuracy +0.005
-to +0.014 over 2 steps of (2, 1), 7-9 % faster).  On 20
+K = 256 on, 1 step of each kind with (word, doc) = (2, 3) candidates, or more doc candidates
+where K alpha outweighs the documents' other tokens (see below).  Supervised runs take the
+same default; their step adds the exp proposal (supervised fit at K = 256 on 20NG, three
+runs: test accuracy +0.005 to +0.014 over 2 steps of (2, 1), 7-9 % faster).  On 20
 Newsgroups after 200 sweeps, held-out completion vs exact Gibbs at K=100: (1, 1) 0.7% short.
 K=1024 (steps x word x doc: gap to exact Gibbs; speed vs tomotopy, paired): 1x2x1 1.97%, 4.0x;
 1x2x2 1.05%, 3.2x; 2x1x1 1.0%, 2.9x; 1x3x2 0.97%, 2.9x; 2x2x1 (the former default) 0.84%, 2.5x;
@@ -63,6 +64,10 @@ candidate costs a row lookup; a step's fixed cost (the token's own row entry, th
 is paid once however many candidates it draws, so one step with more candidates mixes more
 per nanosecond than two steps with fewer.
 
+``mh_steps`` steps of each kind per token and sweep: "cycle" alternates word and
+doc steps, "mixture" picks each step's kind with probability 1/2 (Light-MedLDA Theorem 1:
+both compositions keep p stationary).
+
 How many doc candidates (``default_tries``).  q_d draws the topic of one of the document's
 N_d - 1 other tokens, or (mass K alpha) an alpha-part draw from the word's table; only the
 first kind brings the document factor into the step, the second is one more word-table draw.
@@ -73,11 +78,8 @@ share), at least 3 (the measured default at K = 1024, where the rule gives 3 too
 = 0.1, share 0.645) and at most 16 (a cost bound for very short documents).  With alpha =
 1/K (the library's default start) share ~ 1 at any K and the default stays (2, 3); with a
 fixed alpha = 0.1 at K = 4096 (20NG, share 0.378) it gives (2, 5).  Measured there (2,000
-documents, 100 sweeps, gap to exact Gibbs, speed in M tokens/s): doc tries 3 1.20% 3.7;
-4 1.00% 2.7; 5 0.76% 2.4; 7 0.57% 2.0; and 2 steps of (2, 3) 0.58% 2.2.
-``mh_steps`` steps of each kind per token and sweep: "cycle" alternates word and
-doc steps, "mixture" picks each step's kind with probability 1/2 (Light-MedLDA Theorem 1:
-both compositions keep p stationary).
+documents, 100 sweeps, gap to exact Gibbs, M tokens/s on one core beside another job):
+doc tries 3 1.20% 3.7; 4 1.00% 2.7; 5 0.76% 2.4; 7 0.57% 2.0; and 2 steps of (2, 3) 0.58% 2.2.
 
 Exactness: I-MTM with independent proposals and delayed acceptance are both p-reversible
 for any proposal fixed in advance, so staleness never changes what the chain samples
