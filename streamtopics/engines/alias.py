@@ -21,8 +21,7 @@ import numpy as np
 
 from ..summary import LocalResult, Summary
 from .alias_core import (INIT_TABLE, INIT_UNIFORM, S_CHANGED, S_EXP_DOCS, S_REBUILDS, SamplerArrays,  # noqa: F401
-                         SweepHook, acceptance, check_mh_steps, check_tries, default_tries, own_share, resolve_steps,
-                         run_chain)
+                         SweepHook, acceptance, check_mh_steps, check_tries, default_tries, resolve_steps, run_chain)
 from .alias_dense import KERNELS, check_kernel, choose_kernel, run_dense_sampler  # noqa: F401  (KERNELS: public)
 from .alias_supervised import SupervisedSweeps, count_loglik, run_fit_chain
 from .walker import alias_sample  # noqa: F401  (public: tests and callers draw from a Walker table)
@@ -125,7 +124,7 @@ def run_batch_sampler(tok_w, tok_ptr, U: int, n_topics: int, alpha: float, beta:
     if chosen == "dense":
         return run_dense_sampler(tok_w, tok_ptr, U, K, alpha, beta, n_vocab, n_sweeps, seed, table_draws,
                                  chunk=step, hook=_Progress(callback))
-    mh_steps, m = resolve_steps(mh_steps, tries, K, own_share(tok_ptr, K * float(alpha)))
+    mh_steps, m = resolve_steps(mh_steps, tries, K, tok_ptr, alpha)
     arr, _, call = _mh_batch(tok_w, tok_ptr, U, K, alpha, beta, n_vocab, mh_steps, proposal, table_draws,
                              alpha_proposal, m)
     seeds = np.random.SeedSequence(seed).generate_state(max(n_sweeps, 1) + 1, dtype=np.uint32)
@@ -159,7 +158,7 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
     check_proposals(proposal, alpha_proposal)
     K = int(n_topics)
     n_sweeps = int(n_sweeps)
-    mh_steps, m = resolve_steps(mh_steps, tries, K, own_share(tok_ptr, K * float(alpha)))
+    mh_steps, m = resolve_steps(mh_steps, tries, K, tok_ptr, alpha)
     burn = n_sweeps // 2 if eta_burn_in is None else min(int(eta_burn_in), n_sweeps - 1)
     sv = SupervisedSweeps(head, targets, tok_ptr, K, sample_eta=True, eta_sweeps=eta_sweeps, burn=burn,
                           callback=callback, callback_every=callback_every, window=window)
@@ -222,8 +221,8 @@ class AliasEngine:
         self.mh_steps = check_mh_steps(self.mh_steps)
         self._rng = np.random.default_rng(self.seed)
 
-    def _steps(self, K: int, share: float = 1.0) -> tuple[int, tuple[int, int]]:
-        return resolve_steps(self.mh_steps, self.tries, K, share)
+    def _steps(self, K: int, tok_ptr=None, alpha: float = 0.0) -> tuple[int, tuple[int, int]]:
+        return resolve_steps(self.mh_steps, self.tries, K, tok_ptr, alpha)
 
     def _next_seed(self) -> int:
         if self.seed_source is not None:
@@ -252,7 +251,7 @@ class AliasEngine:
         z_rec = np.zeros((n_samp if summarize else 0, N), dtype=np.int32)
         doc_acc = np.zeros((D, K))
         sv = SupervisedSweeps(head, targets, tok_ptr, K) if head is not None and targets is not None else None
-        mh_steps, tries = self._steps(K, own_share(tok_ptr, K * float(state.alpha)))
+        mh_steps, tries = self._steps(K, tok_ptr, state.alpha)
 
         def call(seed_, n, init, record_from, z_rec_, doc_acc_):
             return arr.run(seed_, tok_w, tok_ptr, Gk, G, True, state.beta, state.alpha, n, mh_steps,

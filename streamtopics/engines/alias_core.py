@@ -138,8 +138,6 @@ EXP_GATE = 2.0
 
 MULTI_TRY_K = 256   # from here on, steps draw several candidates (module docstring)
 _EXPLICIT_TRIES_STEPS = 2   # steps when the user picks ``tries`` but not ``mh_steps``
-
-
 DOC_OWN_TRIES = 2      # doc-step candidates wanted from the document's own tokens (as the word step's 2)
 MIN_DOC_TRIES = 3      # the measured default at K = 1024, where the rule below also gives 3
 MAX_DOC_TRIES = 16     # a cost bound for very short documents under a large fixed alpha
@@ -181,14 +179,19 @@ def check_mh_steps(mh_steps) -> int | None:
     return int(mh_steps)
 
 
-def resolve_steps(mh_steps, tries, K: int, share: float = 1.0) -> tuple[int, tuple[int, int]]:
-    """(MH steps, (word, doc) candidates) of a run.  None picks the default pair for K (and the
-    run's ``own_share``); the two were measured together, so ``tries`` given without
-    ``mh_steps`` keeps 2 steps."""
+def resolve_steps(mh_steps, tries, K: int, tok_ptr=None, alpha: float = 0.0) -> tuple[int, tuple[int, int]]:
+    """(MH steps, (word, doc) candidates) of a run over the documents ``tok_ptr`` (None: no
+    documents known, share 1).  None picks the default pair for K and the documents'
+    ``own_share`` (computed only when the rule needs it); the two were measured together, so
+    ``tries`` given without ``mh_steps`` keeps 2 steps."""
     steps = check_mh_steps(mh_steps)
+    pair = check_tries(tries)
     if steps is None:
-        steps = default_mh_steps(K) if check_tries(tries) is None else _EXPLICIT_TRIES_STEPS
-    return steps, resolve_tries(tries, K, share)
+        steps = default_mh_steps(K) if pair is None else _EXPLICIT_TRIES_STEPS
+    if pair is None:
+        share = 1.0 if tok_ptr is None or K < MULTI_TRY_K else own_share(tok_ptr, K * float(alpha))
+        pair = default_tries(K, share)
+    return steps, pair
 
 
 def check_tries(tries) -> tuple[int, int] | None:
@@ -202,10 +205,11 @@ def check_tries(tries) -> tuple[int, int] | None:
     return int(pair[0]), int(pair[1])
 
 
-def resolve_tries(tries, K: int, share: float = 1.0) -> tuple[int, int]:
-    """The (word, doc) candidates a run uses: ``tries`` validated, else the default for K and ``share``."""
+def resolve_tries(tries, K: int) -> tuple[int, int]:
+    """The (word, doc) candidates a run uses: ``tries`` validated, else the default for K (no
+    documents known: share 1; runs resolve theirs with ``resolve_steps``)."""
     pair = check_tries(tries)
-    return default_tries(K, share) if pair is None else pair
+    return default_tries(K) if pair is None else pair
 
 
 @njit(cache=True, nogil=True, inline="always")
