@@ -116,13 +116,11 @@ def library_value(m, flat: str):
 
 
 def _tries(m):
-    """Config tries/doc_tries (0 = auto) as AliasMH's (word, doc) pair; None keeps the library default."""
-    from .engines.alias import default_tries
-
+    """Config tries/doc_tries (0 = auto) as AliasMH's (word, doc) pair, None for a kind left at
+    auto (the library's rule, which may depend on the documents); None keeps both defaults."""
     if not (m.tries or m.doc_tries):
         return None
-    word, doc = default_tries(m.n_topics)
-    return m.tries or word, m.doc_tries or doc
+    return m.tries or None, m.doc_tries or None
 
 
 def options(m) -> ModelOptions:

@@ -152,7 +152,8 @@ class AliasMH(_Option):
     (None: 1 with tries (2, 3) from K = 256, else 2),
     ``proposal`` "cycle" or "mixture" of the word and doc proposals, ``table_draws`` samples per
     alias table before a rebuild (None: max(K, 256)), ``alpha_proposal`` "word" or "uniform",
-    ``tries`` candidates per MH step: an int for both kinds or a (word, doc) pair; None: (2, 3)
+    ``tries`` candidates per MH step: an int for both kinds or a (word, doc) pair (a part None keeps that
+    kind's default); None: (2, 3)
     for K >= 256 (more doc candidates where K alpha outweighs the document's other tokens:
     ``alias_core.default_tries``), else (1, 1); ``kernel`` of batch fits without labels: "auto" (dense exact Gibbs
     at K <= 768, alias-MH above: engines.alias_dense), "dense" or "mh"."""

@@ -386,6 +386,9 @@ def test_doc_candidates_scale_with_the_alpha_share_of_the_doc_proposal():
     m = TopicModel(n_topics=MULTI_TRY_K, engine="alias", kernel="mh", alpha=0.5, seed=1, tries=(2, 2))
     m.fit(short, n_sweeps=2)
     assert m.last_stats["tries"] == [2, 2]
+    m = TopicModel(n_topics=MULTI_TRY_K, engine="alias", kernel="mh", alpha=0.5, seed=1, tries=(3, None))
+    m.fit(short, n_sweeps=2)  # the word kind by hand, the doc kind by the rule
+    assert m.last_stats["tries"] == [3, MAX_DOC_TRIES] and m.last_stats["mh_steps"] == 2
     s = TopicModel(n_topics=MULTI_TRY_K, engine="alias", alpha=0.5, seed=1)  # streaming: per minibatch
     s.partial_fit(short)
     assert s.last_stats["tries"] == [2, MAX_DOC_TRIES] and s.last_stats["mh_steps"] == 1

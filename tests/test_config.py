@@ -7,6 +7,7 @@ import json
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from streamtopics.config import (
@@ -16,7 +17,7 @@ from streamtopics.config import (
     LimitsConfig,
     load_config,
 )
-from streamtopics.engines.alias_core import resolve_steps, resolve_tries
+from streamtopics.engines.alias_core import MAX_DOC_TRIES, resolve_steps, resolve_tries
 from streamtopics.stream.codec import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -307,10 +308,17 @@ def test_alias_settings_reach_the_model():
     m = model_from_config(Config.from_dict(base).model)
     assert (m.burn_in, m.sample_sweeps, m.mh_steps, m.tries) == (1, 2, 3, None)
     assert resolve_tries(m.local_step.tries, 512) == (2, 3)
+    # a kind left at 0 keeps the library's rule, which may depend on the documents (alpha, lengths)
     m = model_from_config(Config.from_dict({"model": {**base["model"], "tries": 3}}).model)
-    assert m.tries == (3, 3)
+    assert m.tries == (3, None)
+    assert resolve_tries(m.tries, 512) == (3, 3)
+    short = np.array([0, 4, 8, 12])  # 4-token documents, K alpha = 256: the rule's cap
+    assert resolve_steps(m.mh_steps, m.tries, 512, short, 0.5) == (3, (3, MAX_DOC_TRIES))
     m = model_from_config(Config.from_dict({"model": {**base["model"], "doc_tries": 2}}).model)
-    assert m.tries == (2, 2)
+    assert m.tries == (None, 2)
+    assert resolve_tries(m.tries, 512) == (2, 2) and resolve_tries(m.tries, 100) == (1, 2)
+    m = model_from_config(Config.from_dict({"model": {**base["model"], "tries": 4, "doc_tries": 5}}).model)
+    assert m.tries == (4, 5)
     # mh_steps = 0 is the library's auto: 1 step with (2, 3) at K >= 256, 2 steps with (1, 1) below
     m = model_from_config(Config.from_dict({"model": {**base["model"], "mh_steps": 0}}).model)
     assert m.mh_steps is None

@@ -56,6 +56,7 @@ def test_option_objects_validate_once_with_a_message_naming_the_field(make, text
 def test_options_are_frozen_and_normalised():
     a = AliasMH(tries=2)
     assert a.tries == (2, 2) and AliasMH(tries=[3, 1]).tries == (3, 1)
+    assert AliasMH(tries=(3, None)).tries == (3, None) and AliasMH(tries=(None, None)).tries is None
     with pytest.raises(AttributeError):
         a.burn_in = 9  # type: ignore[misc]
     assert Text(stopwords={"b", "a"}).stopwords == ("a", "b")
@@ -128,7 +129,8 @@ def test_config_tables_and_flat_keys_make_the_same_model():
     by_flat = Config.from_dict({"model": FLAT_KEYS})
     assert by_table == by_flat and by_table.model.engine == "alias"
     made = model_from_config(by_table.model)
-    library = TopicModel(12, engine=AliasMH(burn_in=3, tries=(2, 1), proposal="mixture"),
+    # doc_tries not set: (2, None), the doc kind at the library's default (1 at K = 12)
+    library = TopicModel(12, engine=AliasMH(burn_in=3, tries=(2, None), proposal="mixture"),
                          update=Memoized(memo_window=None),
                          supervision=Regression(c=2.0, epsilon=0.1, sweeps=6, local=False),
                          text=Text(min_word_len=3, max_word_len=20), vocabulary=Vocabulary(cap=5000, decay=0.99))

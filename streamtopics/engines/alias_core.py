@@ -188,28 +188,38 @@ def resolve_steps(mh_steps, tries, K: int, tok_ptr=None, alpha: float = 0.0) -> 
     pair = check_tries(tries)
     if steps is None:
         steps = default_mh_steps(K) if pair is None else _EXPLICIT_TRIES_STEPS
-    if pair is None:
+    if pair is None or None in pair:
         share = 1.0 if tok_ptr is None or K < MULTI_TRY_K else own_share(tok_ptr, K * float(alpha))
-        pair = default_tries(K, share)
+        pair = _filled(pair, default_tries(K, share))
     return steps, pair
 
 
-def check_tries(tries) -> tuple[int, int] | None:
-    """Validate ``tries`` (None, an int >= 1 for both kinds, or a (word, doc) pair); return it normalised."""
+def check_tries(tries) -> tuple | None:
+    """Validate ``tries`` (None, an int >= 1 for both kinds, or a (word, doc) pair whose parts
+    are such ints or None, "the default for that kind"); return it normalised (None or a pair)."""
     if tries is None:
         return None
     pair = tuple(tries) if isinstance(tries, (tuple, list)) else (tries, tries)
-    if len(pair) != 2 or not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) and 1 <= t <= 64
-                                 for t in pair):
-        raise ValueError(f"tries must be None, an integer in [1, 64] or a (word, doc) pair of them (got {tries!r})")
-    return int(pair[0]), int(pair[1])
+    if len(pair) != 2 or not all(t is None or (isinstance(t, (int, np.integer)) and not isinstance(t, bool)
+                                               and 1 <= t <= 64) for t in pair):
+        raise ValueError(f"tries must be None, an integer in [1, 64] or a (word, doc) pair of them, "
+                         f"None in a pair keeping that kind's default (got {tries!r})")
+    if pair == (None, None):
+        return None
+    return tuple(None if t is None else int(t) for t in pair)
+
+
+def _filled(pair, default: tuple[int, int]) -> tuple[int, int]:
+    """``pair`` (None or a checked pair) with its None parts taken from ``default``."""
+    if pair is None:
+        return default
+    return tuple(d if t is None else t for t, d in zip(pair, default))
 
 
 def resolve_tries(tries, K: int) -> tuple[int, int]:
-    """The (word, doc) candidates a run uses: ``tries`` validated, else the default for K (no
-    documents known: share 1; runs resolve theirs with ``resolve_steps``)."""
-    pair = check_tries(tries)
-    return default_tries(K) if pair is None else pair
+    """The (word, doc) candidates a run uses: ``tries`` validated, its unset parts the default
+    for K (no documents known: share 1; runs resolve theirs with ``resolve_steps``)."""
+    return _filled(check_tries(tries), default_tries(K))
 
 
 @njit(cache=True, nogil=True, inline="always")
