@@ -33,7 +33,7 @@ from .options import FLAT, INITS, ModelOptions, Stochastic, flat_params
 from .parallel import ThreadRunner, resolve_threads
 from .results import BatchResult
 from .state import ModelState
-from .summary import Summary
+from .summary import Summary, check_finite
 from .supervised.classifier import SupervisedHead, is_missing
 from .text import Tokenizer, Vocabulary
 from .trends import PrevalenceTracker
@@ -232,6 +232,7 @@ class TopicModel:
         t1 = time.perf_counter()
         info: dict = {}
         if learn and batch.n_docs > 0:
+            check_finite(result.summary, pre.doc_topic)  # raises before the topics or the classifier change
             batch_key = self.memo_key(batch_key)
             summary, reborn = births_for(self, batch, result.summary, head_key)  # dead topics reseeded (births.py)
             objective = None if self.engine == "alias" else result.objective  # a sampler's is not variational

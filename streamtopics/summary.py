@@ -217,3 +217,17 @@ def summarize_dense(batch, word_topic: np.ndarray, n_docs: int | None = None) ->
     return Summary(word_ids=batch.uniq.copy(), indptr=indptr, topics=cols.astype(np.int32),
                    values=word_topic[rows, cols].astype(np.float64), topic_totals=word_topic.sum(axis=0).astype(np.float64),
                    n_docs=batch.n_docs if n_docs is None else n_docs, n_tokens=float(batch.n_tokens))
+
+
+def check_finite(summary: Summary | None, doc_topic: np.ndarray | None = None) -> None:
+    """Raise FloatingPointError when a batch's expected counts (or its ``doc_topic``) hold NaN or
+    inf: a local step that broke down numerically must not reach the topics, where one NaN spreads
+    to every later prediction. O(nnz), called before any state changes; None: nothing to check."""
+    if summary is None:
+        return
+    for name, arr in (("expected counts", summary.values), ("topic totals", summary.topic_totals),
+                      ("document-topic counts", doc_topic)):
+        if arr is not None and not np.isfinite(arr).all():
+            bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+            raise FloatingPointError(f"the local step produced {bad} non-finite {name} in a batch of "
+                                     f"{summary.n_docs} documents; the batch is not learned")

@@ -73,3 +73,53 @@ def test_regression_defaults_are_invariant_to_the_response_unit():
     np.testing.assert_allclose(preds[1], 10.0 * preds[0], rtol=1e-6, atol=1e-9)
     yt = np.array(y[120:])
     assert 1 - np.sum((yt - preds[0]) ** 2) / np.sum((yt - yt.mean()) ** 2) > 0.8
+
+
+def _short_labelled_docs(n_docs=256, V=200, K0=5, seed=0):
+    """Short documents (5-39 tokens) from K0 topics, each labelled by its dominant topic."""
+    rng = np.random.default_rng(seed)
+    phi = rng.dirichlet(np.full(V, 0.05), size=K0)
+    docs, labels = [], []
+    for _ in range(n_docs):
+        k = int(rng.integers(K0))
+        theta = rng.dirichlet(np.full(K0, 0.2))
+        theta[k] += 2.0
+        z = rng.choice(K0, size=int(rng.integers(5, 40)), p=theta / theta.sum())
+        docs.append([f"w{rng.choice(V, p=phi[t])}" for t in z])
+        labels.append(f"c{k}")
+    return docs, labels
+
+
+@pytest.mark.parametrize("prior_var", [100.0, 1e4])
+def test_a_strong_label_term_keeps_the_topics_finite(prior_var):
+    """A large c (or prior variance) on short documents puts every winner of a token thousands of
+    nats below the document's best topic; the sum of their exps went subnormal, 1/z overflowed and
+    the first batch left NaN in the topics (20NG with c = 2 Nbar: chance-level accuracy). The
+    L-sparse pass now recomputes such tokens in the log domain (lsparse.Z_NORMAL)."""
+    docs, labels = _short_labelled_docs()
+    m = TopicModel(n_topics=20, supervision="hinge", sup_c=2000.0, sup_prior_var=prior_var, seed=1)
+    m.partial_fit(docs, labels=labels)
+    m.partial_fit(docs, labels=labels)
+    assert np.isfinite(m.state.mu).all() and np.isfinite(m.head.eta_mean).all()
+    assert len(set(m.predict(docs))) > 1
+
+
+def test_a_non_finite_local_step_is_refused_before_anything_is_learned(monkeypatch):
+    """Whatever breaks numerically in a local step, its NaN must not reach the topics: process()
+    raises FloatingPointError and the model is left as it was (the daemon dead-letters the batch)."""
+    docs, labels = _short_labelled_docs(64)
+    m = TopicModel(n_topics=8, supervision="logistic", seed=0)
+    m.partial_fit(docs, labels=labels)
+    mu, version, eta = m.state.mu.copy(), m.state.version, m.head.eta_mean.copy()
+    infer = m.local_step.infer
+
+    def poisoned(state, batch, **kw):
+        out = infer(state, batch, **kw)
+        if out.summary is not None:
+            out.summary.values[0] = np.nan
+        return out
+
+    monkeypatch.setattr(m.local_step, "infer", poisoned)
+    with pytest.raises(FloatingPointError, match="non-finite expected counts"):
+        m.partial_fit(docs, labels=labels)
+    assert m.state.version == version and np.array_equal(m.state.mu, mu) and np.array_equal(m.head.eta_mean, eta)

@@ -46,6 +46,13 @@ from ..jit_cache import njit
 from ..parallel import ThreadRunner, claimed
 from ..summary import LocalResult, Summary, summarize_sparse
 
+# Below this sum of the winners' exps the multiplicative domain has lost its precision
+# (subnormal floats, and 1/z overflows below ~5.6e-309): the pass recomputes those
+# responsibilities in the log domain. A strong label term (large c or prior variance, short
+# documents) drives every winner of a token far below the document's best topic; a subnormal
+# z had turned into inf responsibilities and NaN topics.
+Z_NORMAL = 1e-250
+
 
 @njit(cache=True, nogil=True)
 def _resp_pass(C, cmax, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
@@ -156,7 +163,7 @@ def _resp_pass(C, cmax, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_se
             q = top_e[j, l] * eP[top_idx[j, l]]
             top_r[j, l] = q
             z += q
-        if z > 0.0:
+        if z > Z_NORMAL:
             inv = 1.0 / z
             c = cnt[j]
             for l in range(m):
@@ -164,7 +171,7 @@ def _resp_pass(C, cmax, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_se
                 top_r[j, l] = r
                 N[top_idx[j, l]] += c * r
             continue
-        for l in range(m):  # underflow: fall back to the log domain
+        for l in range(m):  # (nearly) underflowed: the log domain, exact at any scale
             k = top_idx[j, l]
             w[l] = C[u, k] + P[k]
         mx = w[0]
