@@ -187,6 +187,35 @@ def test_records_published_through_the_writer_thread_reach_the_log_in_order(brok
         reader.close()
 
 
+def test_the_logs_end_counts_every_record_of_a_shared_batch(broker, fresh_topic, records):
+    """tansu answers ListOffsets with the last batch's base offset + 1: with small messages
+    sharing one produce batch, catch_up() stopped short of the log's end and the lag metric read
+    low. The reader's fetch high watermark is the true end."""
+    topic = fresh_topic(prefix="upd")
+    values = encode(records[0], SPLIT) + [b"not an update record %d" % i for i in range(5)]
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=300, max_request_size=4 * SPLIT)
+    for v in values[:-5]:
+        p.send(topic, v, partition=0)
+    p.flush(timeout=30)
+    for v in values[-5:]:  # one batch of five
+        p.send(topic, v, partition=0)
+    p.flush(timeout=30)
+    p.close(timeout=5)
+    cfg = Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap},
+                            "replication": {"enabled": True, "updates_topic": topic, "max_record_bytes": SPLIT}},
+                           env={})
+    sync = ReplicaSync(cfg, Replica(TopicModel(n_topics=K, seed=3, threads=1)), _Telemetry())
+    sync.connect()
+    try:
+        deadline = time.monotonic() + 30
+        while sync.replica.offset < len(values) and time.monotonic() < deadline:
+            sync.catch_up(timeout_s=30)
+        assert sync.replica.offset == len(values) == sync.end_offset()
+        assert sync.catch_up(timeout_s=5) == 0  # at the end: nothing more to wait for
+    finally:
+        sync.close()
+
+
 def test_a_snapshot_taken_between_the_parts_of_a_record_restores_to_the_same_model(broker, fresh_topic, records):
     """A replica whose offset has passed the first part of a split record, but not its last,
     is snapshotted: restored at that offset it must read the log again from the first part,

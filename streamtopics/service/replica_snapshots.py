@@ -125,6 +125,8 @@ class SnapshotShipper:
     @staticmethod
     def _read_all(c: KafkaConsumer, tp: TopicPartition) -> list:
         c.assign([tp])
+        # A broker may answer with the last batch's base offset + 1 (tansu); polls return whole
+        # batches, so reading until the position passes it still reads that batch entire.
         end = c.end_offsets([tp])[tp]
         c.seek_to_beginning(tp)
         out = []

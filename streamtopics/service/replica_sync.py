@@ -124,9 +124,12 @@ class ReplicaSync:
     # -- the log's end and applying --------------------------------------------------------
 
     def end_offset(self) -> int:
-        """The log's end now (a round trip to the broker; safe from any thread)."""
+        """The log's end now (a round trip to the broker; safe from any thread). A broker may
+        answer ListOffsets with the last batch's base offset + 1 (tansu does, when several
+        records share a batch), so the reader's newest fetch high watermark bounds it from below."""
         with self._ends_lock:
-            self._end = int(self._ends.end_offsets([self.tp])[self.tp])
+            listed = int(self._ends.end_offsets([self.tp])[self.tp])
+        self._end = max(listed, self._reader.highwater)
         return self._end
 
     def catch_up(self, until: int | None = None, timeout_s: float = 30.0) -> int:
