@@ -20,6 +20,8 @@ Rows (``run() -> list[dict]``; ``python bench/bench_defaults_supervised.py`` pri
     python bench/bench_defaults_supervised.py --sections stream --corpora r8
     python bench/bench_defaults_supervised.py --sections fit --engines lsparse
     python bench/bench_defaults_supervised.py --sections regression --seeds 0,1,2 --diagnose
+    python bench/bench_defaults_supervised.py --sections stream --corpus-sizes none --seeds 0,1,2,3,4
+        # the issue's figure: one pass per seed and their mean (seeds spread by ~0.006 on 20NG)
 
 Timings are wall-clock with NUMBA/BLAS threads = 1 on a shared machine (load printed); they
 include the prequential label-free step. Results: bench/results/defaults_supervised.json.
@@ -96,7 +98,7 @@ def peers(trX, trY, teX, teY) -> dict:
     return out
 
 
-def stream_rows(corpus: str, quick: bool, corpus_sizes=(None, 50000), losses=LOSSES) -> list[dict]:
+def stream_rows(corpus: str, quick: bool, corpus_sizes=(None, 50000), losses=LOSSES, seeds=(0,)) -> list[dict]:
     trX, trY, teX, teY = _load(corpus, quick)
     print(f"\n[stream] {corpus}: {len(trX)} train / {len(teX)} test, {len(set(trY))} labels, K={K}, one pass of 256; "
           f"load {_load_avg()}", flush=True)
@@ -107,22 +109,32 @@ def stream_rows(corpus: str, quick: bool, corpus_sizes=(None, 50000), losses=LOS
         rows.append(dict(section="stream", corpus=corpus, method=name, metric="accuracy", value=acc, seconds=sec,
                          ratio_to_svm=acc / svm, note="peer, same tokens"))
         _print(rows[-1])
+    target = ">= 0.95 SVM" + (" and >= 0.80" if corpus == "20ng" else "")
     for cs in corpus_sizes:
         for loss in losses:
-            params = dict(n_topics=K, supervision=loss) if cs is None else dict(n_topics=K, supervision=loss, corpus_size=cs)
-            m = TopicModel(**params)
-            t0 = time.perf_counter()
-            for lo in range(0, len(trX), 256):
-                m.partial_fit(trX[lo:lo + 256], labels=trY[lo:lo + 256])
-            sec = time.perf_counter() - t0
-            acc = _acc(m.predict(teX), teY)
-            h = m.head
-            target = ">= 0.95 SVM" + (" and >= 0.80" if corpus == "20ng" else "")
-            rows.append(dict(section="stream", corpus=corpus, method=f"{loss} defaults" +
-                             ("" if cs is None else f" (corpus_size={cs})"), metric="accuracy", value=acc,
-                             seconds=sec, ratio_to_svm=acc / svm,
-                             note=f"{target}; c={h.c:.1f} ell={h.ell:g} nu2={h.prior_var:g}"))
-            _print(rows[-1])
+            name = f"{loss} defaults" + ("" if cs is None else f" (corpus_size={cs})")
+            accs, secs = [], []
+            for seed in seeds:  # the model's seed only (the library default is 0)
+                params = dict(n_topics=K, supervision=loss) if cs is None else dict(n_topics=K, supervision=loss,
+                                                                                      corpus_size=cs)
+                m = TopicModel(**params, **({} if seed == 0 else {"seed": seed}))
+                t0 = time.perf_counter()
+                for lo in range(0, len(trX), 256):
+                    m.partial_fit(trX[lo:lo + 256], labels=trY[lo:lo + 256])
+                secs.append(time.perf_counter() - t0)
+                accs.append(_acc(m.predict(teX), teY))
+                h = m.head
+                rows.append(dict(section="stream", corpus=corpus, method=name + (f" (seed {seed})" if len(seeds) > 1
+                                                                                 else ""),
+                                 metric="accuracy", value=accs[-1], seconds=secs[-1], ratio_to_svm=accs[-1] / svm,
+                                 note=f"{target}; c={h.c:.1f} ell={h.ell:g} nu2={h.prior_var:g}"))
+                _print(rows[-1])
+            if len(seeds) > 1:  # what a user gets: the mean over seeds, the figure the target is read on
+                mean = float(np.mean(accs))
+                rows.append(dict(section="stream", corpus=corpus, method=f"{name}, mean of seeds {list(seeds)}",
+                                 metric="accuracy", value=mean, seconds=float(np.mean(secs)), ratio_to_svm=mean / svm,
+                                 note=f"{target}; seeds' sd {np.std(accs):.4f}"))
+                _print(rows[-1])
     return rows
 
 
@@ -207,7 +219,7 @@ def run(sections=("stream", "fit", "regression"), corpora=("20ng", "r8"), engine
     rows: list[dict] = []
     if "stream" in sections:
         for c in corpora:
-            rows += stream_rows(c, quick, corpus_sizes)
+            rows += stream_rows(c, quick, corpus_sizes, seeds=seeds)
     if "fit" in sections:
         rows += fit_rows(engines, quick=quick)
     if "regression" in sections:
@@ -231,7 +243,8 @@ def main() -> None:
     ap.add_argument("--engines", default="lsparse,alias")
     ap.add_argument("--corpus-sizes", default="none,50000", help="stream rows: corpus_size values (none = default)")
     ap.add_argument("--quick", action="store_true", help="smoke run on subsets")
-    ap.add_argument("--seeds", default="0", help="regression rows: model seeds, e.g. 0,1,2 (the corpus keeps seed 11)")
+    ap.add_argument("--seeds", default="0", help="stream and regression rows: model seeds, e.g. 0,1,2,3,4 (a mean row "
+                    "per setting; the regression corpus keeps seed 11)")
     ap.add_argument("--diagnose", action="store_true",
                     help="regression rows: also least squares on the final model's label-free features")
     args = ap.parse_args()
