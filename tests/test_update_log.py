@@ -64,6 +64,13 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     p.close(timeout=5)
 
 
+def _config(broker, topic: str) -> Config:
+    """Replication on, the update log on ``topic``, records split at SPLIT bytes."""
+    return Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap},
+                             "replication": {"enabled": True, "updates_topic": topic, "max_record_bytes": SPLIT}},
+                            env={})
+
+
 def _on_the_wire(ptr, topics, values):
     """A CSR as the update log carries it: values in float16, entries that round to zero left out."""
     half = values.astype(np.float16)
@@ -122,9 +129,7 @@ def test_split_records_apply_whole_in_log_order_through_the_reader_thread(broker
     reference = Replica(TopicModel(n_topics=K, seed=3, threads=1))
     for offset, raw_rec in ((at_first, first), (at_two, two), (at_one, one)):
         reference.apply(decode(encode(raw_rec)[0])[0], offset)  # the wire's float32 values
-    cfg = Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap},
-                            "replication": {"enabled": True, "updates_topic": topic, "max_record_bytes": SPLIT}},
-                           env={})
+    cfg = _config(broker, topic)
     telemetry = _Telemetry()
     sync = ReplicaSync(cfg, Replica(TopicModel(n_topics=K, seed=3, threads=1)), telemetry)
     sync.connect()
@@ -159,9 +164,7 @@ def test_the_reader_stops_while_waiting_for_the_loop_to_take_its_records(broker,
 
 def test_records_published_through_the_writer_thread_reach_the_log_in_order(broker, fresh_topic, records):
     topic = fresh_topic(prefix="upd")
-    cfg = Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap},
-                            "replication": {"enabled": True, "updates_topic": topic, "max_record_bytes": SPLIT}},
-                           env={})
+    cfg = _config(broker, topic)
     writer = ReplicaSync(cfg, Replica(TopicModel(n_topics=K, seed=3, threads=1)), _Telemetry())
     writer.connect()
     try:
@@ -201,9 +204,7 @@ def test_the_logs_end_counts_every_record_of_a_shared_batch(broker, fresh_topic,
         p.send(topic, v, partition=0)
     p.flush(timeout=30)
     p.close(timeout=5)
-    cfg = Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap},
-                            "replication": {"enabled": True, "updates_topic": topic, "max_record_bytes": SPLIT}},
-                           env={})
+    cfg = _config(broker, topic)
     sync = ReplicaSync(cfg, Replica(TopicModel(n_topics=K, seed=3, threads=1)), _Telemetry())
     sync.connect()
     try:
@@ -228,9 +229,7 @@ def test_a_snapshot_taken_between_the_parts_of_a_record_restores_to_the_same_mod
     log_values = encode(first, SPLIT) + parts_one[:1] + encode(two, SPLIT) + parts_one[1:]
     _produce(broker.bootstrap, topic, log_values)
     n_first, n_two = len(encode(first, SPLIT)), len(encode(two, SPLIT))
-    cfg = Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap},
-                            "replication": {"enabled": True, "updates_topic": topic, "max_record_bytes": SPLIT}},
-                           env={})
+    cfg = _config(broker, topic)
 
     def synced(replica, read_from=None):
         s = ReplicaSync(cfg, replica, _Telemetry())
