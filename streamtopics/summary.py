@@ -222,7 +222,8 @@ def summarize_dense(batch, word_topic: np.ndarray, n_docs: int | None = None) ->
 def check_finite(summary: Summary | None, doc_topic: np.ndarray | None = None) -> None:
     """Raise FloatingPointError when a batch's expected counts (or its ``doc_topic``) hold NaN or
     inf: a local step that broke down numerically must not reach the topics, where one NaN spreads
-    to every later prediction. O(nnz), called before any state changes; None: nothing to check."""
+    to every later prediction. O(nnz), called before the update (``TopicModel.process``) or before a
+    replica's record is built; None: nothing to check."""
     if summary is None:
         return
     for name, arr in (("expected counts", summary.values), ("topic totals", summary.topic_totals),

@@ -353,3 +353,27 @@ def test_wire_rounds_like_numpy_float16_and_leaves_out_what_rounds_to_zero():
     assert np.array_equal(got.topics, topics[keep])
     per_row = np.add.reduceat(keep.astype(np.int64), indptr[:-1]) if values.size else np.zeros(rows)
     assert np.array_equal(np.diff(got.indptr), per_row) and np.array_equal(got.known, rec.known)
+
+
+def test_a_non_finite_local_step_never_reaches_the_update_log(corpus, monkeypatch):
+    """A replica whose local step breaks down numerically raises instead of publishing a record
+    (every replica would apply its NaN), and its model is left as it was."""
+    tokens, _ = corpus
+    rep = Replica(_model())
+    batches = _batches(tokens[:2 * B], partitions=1)
+    for j, (src, toks) in enumerate(batches[:1]):
+        rep.apply(decode(encode(rep.compute(toks, src)[0])[0])[0], j)
+    before = digest(rep.model)
+    infer = rep.model.local_step.infer
+
+    def poisoned(state, batch, **kw):
+        out = infer(state, batch, **kw)
+        if out.summary is not None:
+            out.summary.values[-1] = np.inf
+        return out
+
+    monkeypatch.setattr(rep.model.local_step, "infer", poisoned)
+    src, toks = batches[1]
+    with pytest.raises(FloatingPointError, match="non-finite expected counts"):
+        rep.compute(toks, src)
+    assert digest(rep.model) == before and rep.offset == 1

@@ -43,7 +43,7 @@ from ..batch import build_batch_provisional
 from ..batch_ops import doc_lengths, normalise_rows
 from ..births import births_for
 from ..jit_cache import njit
-from ..summary import Summary
+from ..summary import Summary, check_finite
 from ..updates import classifier_decay
 from ..supervised.classifier import is_missing
 from ..supervised.head_io import fork_head
@@ -443,6 +443,7 @@ class Replica:
             head = None if model.head is None else fork_head(model.head)
             with kernels():
                 local, pre, scores, predicted = model.local_steps(batch, targets, learn=True, head=head)
+            check_finite(local.summary, pre.doc_topic)  # no NaN reaches the log (every replica would apply it)
             out = Computed(model.theta(pre.doc_topic, model.state.alpha), scores, predicted,
                            label_names if scores is not None else [])
             # births are decided here and travel in the record (every replica resets the same topics)
