@@ -115,9 +115,7 @@ def stream_rows(corpus: str, quick: bool, corpus_sizes=(None, 50000), losses=LOS
             name = f"{loss} defaults" + ("" if cs is None else f" (corpus_size={cs})")
             accs, secs = [], []
             for seed in seeds:  # the model's seed only (the library default is 0)
-                params = dict(n_topics=K, supervision=loss) if cs is None else dict(n_topics=K, supervision=loss,
-                                                                                      corpus_size=cs)
-                m = TopicModel(**params, **({} if seed == 0 else {"seed": seed}))
+                m = TopicModel(n_topics=K, supervision=loss, seed=seed, **({} if cs is None else {"corpus_size": cs}))
                 t0 = time.perf_counter()
                 for lo in range(0, len(trX), 256):
                     m.partial_fit(trX[lo:lo + 256], labels=trY[lo:lo + 256])

@@ -189,7 +189,8 @@ def resolve_steps(mh_steps, tries, K: int, tok_ptr=None, alpha: float = 0.0) -> 
     if steps is None:
         steps = default_mh_steps(K) if pair is None else _EXPLICIT_TRIES_STEPS
     if pair is None or None in pair:
-        share = 1.0 if tok_ptr is None or K < MULTI_TRY_K else own_share(tok_ptr, K * float(alpha))
+        doc_by_rule = (pair is None or pair[1] is None) and tok_ptr is not None and K >= MULTI_TRY_K
+        share = own_share(tok_ptr, K * float(alpha)) if doc_by_rule else 1.0  # only the doc kind reads it
         pair = _filled(pair, default_tries(K, share))
     return steps, pair
 
@@ -219,7 +220,7 @@ def _filled(pair, default: tuple[int, int]) -> tuple[int, int]:
 def resolve_tries(tries, K: int) -> tuple[int, int]:
     """The (word, doc) candidates a run uses: ``tries`` validated, its unset parts the default
     for K (no documents known: share 1; runs resolve theirs with ``resolve_steps``)."""
-    return _filled(check_tries(tries), default_tries(K))
+    return resolve_steps(None, tries, K)[1]
 
 
 @njit(cache=True, nogil=True, inline="always")
