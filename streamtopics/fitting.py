@@ -11,7 +11,7 @@ import numpy as np
 
 from .batch import Batch
 from .batch_ops import doc_lengths, normalise_rows
-from .supervised.classifier import is_missing
+from .supervised.targets import is_missing
 from .updates import MemoizedUpdate
 
 FIT_MAX_LAPS = 10      # fit(): most memoized laps of the variational engine

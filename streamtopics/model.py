@@ -34,7 +34,8 @@ from .parallel import ThreadRunner, resolve_threads
 from .results import BatchResult
 from .state import ModelState
 from .summary import Summary, check_finite
-from .supervised.classifier import SupervisedHead, is_missing
+from .supervised.classifier import SupervisedHead
+from .supervised.targets import is_missing
 from .text import Tokenizer, Vocabulary
 from .trends import PrevalenceTracker
 from .updates import MemoizedUpdate, classifier_decay

@@ -45,7 +45,7 @@ from ..births import births_for
 from ..jit_cache import njit
 from ..summary import Summary, check_finite
 from ..updates import classifier_decay
-from ..supervised.classifier import is_missing
+from ..supervised.targets import is_missing
 from ..supervised.head_io import fork_head
 from .ledger import OffsetLedger
 

@@ -6,12 +6,13 @@
   topic proportions (hinge / logistic / eps-insensitive regression, coordinate-wise Gibbs for eta,
   carried Gaussian statistics with decay and memoized batches), and the per-token supervised
   weights the topic engines add (:func:`token_log_weights`).
-* :mod:`.labels`     - the growing label vocabulary.
+* :mod:`.labels`     - the growing label vocabulary; :mod:`.targets` a batch's targets encoded over it.
+* :mod:`.newlabels`  - what a label first seen mid-stream missed: the documents before it, as negatives.
 
 Derivations: docs/supervised.md.
 """
-from .classifier import (SupervisedHead, Targets, omega_moments, token_log_weight, token_log_weights,
-                         token_log_weights_mf)
+from .classifier import SupervisedHead, omega_moments, token_log_weight, token_log_weights, token_log_weights_mf
+from .targets import Targets
 from .labels import LabelCapacityError, LabelVocabulary, UnknownLabelError
 
 __all__ = ["SupervisedHead", "Targets", "token_log_weights", "token_log_weight", "token_log_weights_mf", "omega_moments",

@@ -62,7 +62,6 @@ restored head continues with exactly the draws the original would have made.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -72,6 +71,8 @@ from .coefficients import carried_coefficients, expected_coefficients
 from ..jit_cache import njit
 from .labels import LabelVocabulary
 from .memo import HeadMemo, MemoRecord, csr, fold
+from .newlabels import NegativePool, seed_coefficients
+from .targets import Targets, encode_responses, infer_task, label_lists, one_vs_rest
 from .scaling import AUTO, AUTO_NAMES, ScaleStats, auto_constants
 
 HINGE, LOGISTIC, REGRESSION = 0, 1, 2
@@ -285,28 +286,12 @@ def omega_moments(phi, counts, eta_mean, eta_var=None) -> tuple[np.ndarray, np.n
 
 
 # =========================================================================== helpers
-@dataclass(frozen=True)
-class Targets:
-    """Encoded targets of a batch: ``y`` (D, L) in {-1, +1} (or the response), ``mask`` (D, L)."""
-
-    y: np.ndarray
-    mask: np.ndarray
-
-    @property
-    def labelled(self) -> np.ndarray:
-        return self.mask.any(axis=1)
-
-
 def _csc(Z: np.ndarray):
     """CSC columns of dense Z (D, K): (col_ptr (K+1,), rows, values) sorted by column."""
     kk, dd = np.nonzero(Z.T)
     cptr = np.zeros(Z.shape[1] + 1, dtype=np.int64)
     np.cumsum(np.bincount(kk, minlength=Z.shape[1]), out=cptr[1:])
     return cptr, dd.astype(np.int64), np.ascontiguousarray(Z[dd, kk])
-
-
-def is_missing(t) -> bool:
-    return t is None or (isinstance(t, float) and math.isnan(t))
 
 
 def resolve_params(n_topics, loss, task, c, ell, epsilon, prior_var, decay, gibbs_sweeps, burn_in, pg_method,
@@ -414,6 +399,8 @@ class SupervisedHead:
         self.A = np.zeros((L0, K, K))         # carried precision (data part), per label
         self.r = np.zeros((L0, K))            # carried linear term, per label
         self.memo = HeadMemo(self.memo_window)  # keyed batches' contributions (memoized laps)
+        self.pool = NegativePool(K)           # what a label new later missed (``newlabels``)
+        self.seed_coef = np.zeros((L0, 2))    # the (rho0, kappa0) each label started from
         self.n_calls = 0                      # index of the next RNG stream
         self.n_updates = 0
         self.docs_seen = 0
@@ -481,21 +468,6 @@ class SupervisedHead:
         return _s.METHODS[m]
 
     # ------------------------------------------------------------------ targets
-    def _infer_task(self, targets) -> None:
-        if self.task is not None:
-            return
-        for t in targets:
-            if is_missing(t):
-                continue
-            if isinstance(t, str):
-                self.task = "multiclass"
-            elif isinstance(t, (list, tuple, set, frozenset)):
-                self.task = "multilabel"
-            else:
-                raise TypeError(f"classification targets must be str (multi-class) or lists of str "
-                                f"(multi-label); got {type(t).__name__} {t!r}")
-            return
-
     def encode_targets(self, targets, grow: bool = True, unknown: str = "ignore") -> Targets:
         """Encode one batch of targets; ``grow`` adds new labels (training), else lookup only.
 
@@ -506,55 +478,31 @@ class SupervisedHead:
         document staying a negative for every known label (``unknown="ignore"``).
         """
         targets = list(targets)
-        D = len(targets)
         if self.task == "regression":
-            yv = np.array([np.nan if is_missing(t) else float(t) for t in targets], dtype=np.float64).reshape(D, 1)
-            mask = np.isfinite(yv)
-            if np.isinf(yv).any():
-                raise ValueError("regression targets must be finite (None or NaN for unlabelled)")
-            return Targets(np.where(mask, yv, 0.0), mask)
-        self._infer_task(targets)
-        per_doc: list[list[str] | None] = []
-        for t in targets:
-            if is_missing(t):
-                per_doc.append(None)
-            elif self.task == "multiclass":
-                if not isinstance(t, str):
-                    raise TypeError(f"multi-class targets must be str or None (got {type(t).__name__} {t!r})")
-                per_doc.append([t])
-            else:
-                if isinstance(t, str) or not isinstance(t, (list, tuple, set, frozenset)):
-                    raise TypeError(f"multi-label targets must be lists of str or None (got {t!r})")
-                per_doc.append(list(t))
-        flat = [lab for labs in per_doc if labs is not None for lab in labs]
-        idx = self.labels.encode(flat, grow=grow, unknown=unknown)
+            return encode_responses(targets)
+        self.task = self.task or infer_task(targets)
+        per_doc = label_lists(self.task, targets)
+        idx = self.labels.encode([lab for labs in per_doc if labs is not None for lab in labs], grow=grow,
+                                 unknown=unknown)
         if grow:
             self._grow()
-        L = self.n_labels
-        y = -np.ones((D, L))
-        mask = np.zeros((D, L), dtype=bool)
-        pos = 0
-        for d, labs in enumerate(per_doc):
-            if labs is None:
-                continue
-            mask[d, :] = True
-            for i in idx[pos:pos + len(labs)]:
-                if i >= 0:
-                    y[d, i] = 1.0
-            pos += len(labs)
-        return Targets(y, mask)
+        return one_vs_rest(per_doc, idx, self.n_labels)
 
     def _grow(self) -> None:
-        """New labels -> new eta rows at the prior (mean 0), empty carried statistics."""
+        """New labels -> new eta rows at the prior (mean 0); carried statistics: the labelled documents
+        folded so far, each a negative for them (``newlabels``).  New arrays, never in place (forks)."""
         L, K = self.n_labels, self.n_topics
         n = len(self.labels) - L
         if n <= 0:
             return
+        coef = np.tile(seed_coefficients(self.loss, self.c, self.ell, self.epsilon), (n, 1))
+        A_new, r_new = self.pool.seed(coef)
+        self.seed_coef = np.vstack([self.seed_coef, coef])
         self.eta = np.vstack([self.eta, np.zeros((n, K))])
         self.eta_mean = np.vstack([self.eta_mean, np.zeros((n, K))])
         self.eta_sq_mean = np.vstack([self.eta_sq_mean, np.full((n, K), self.prior_var)])
-        self.A = np.concatenate([self.A, np.zeros((n, K, K))])
-        self.r = np.vstack([self.r, np.zeros((n, K))])
+        self.A = np.concatenate([self.A, A_new])
+        self.r = np.vstack([self.r, r_new])
         self.acc_sum = np.vstack([self.acc_sum, np.zeros((n, K))])
         self.acc_sq = np.vstack([self.acc_sq, np.zeros((n, K))])
 
@@ -576,6 +524,12 @@ class SupervisedHead:
         if (rho < 0).any() or not np.all(np.isfinite(rho)) or not np.all(np.isfinite(kappa)):
             raise ValueError("rho must be finite and >= 0, kappa finite")
         return rho, kappa
+
+    def _subtract(self, rec: MemoRecord) -> None:
+        """Take a memoized batch back out of (A, r) and of the pool (with its share of later labels)."""
+        rec.fold_into(self.A, self.r, -1.0)
+        if self.task != "regression":
+            self.pool.drop(rec, self.A, self.r, self.seed_coef)
 
     def _reseed(self) -> None:
         s = int(np.random.SeedSequence([self.seed, self.n_calls]).generate_state(1)[0])
@@ -639,12 +593,13 @@ class SupervisedHead:
         """Start a batch: subtract the memoized contribution of ``batch_key``, apply the decay
         (``decay`` in [0, 1]: this batch's, instead of the head's own ``self.decay``)."""
         self._check_key(batch_key)
-        self.memo.forget(batch_key, self.A, self.r)
+        self.memo.forget(batch_key, self._subtract)
         decay = self.decay if decay is None else float(decay)
         if decay < 1.0:
             self.A *= decay
             self.r *= decay
             self.memo.decay(decay)
+            self.pool.decay(decay)
         self.acc_sum[:] = 0.0
         self.acc_sq[:] = 0.0
         self.acc_n = 0
@@ -659,8 +614,10 @@ class SupervisedHead:
         rho, kappa = carried_coefficients(self, Z, *self._coefs(rho, kappa, Z.shape[0]))  # §4, regression
         indptr, indices, data = csr(Z)
         fold(self.A, self.r, indptr, indices, data, rho, kappa, 1.0)
+        if self.task != "regression":
+            self.pool.add(indptr, indices, data, rho, kappa)
         if batch_key is not None:
-            self.memo.add(batch_key, MemoRecord(indptr, indices, data, rho.copy(), kappa.copy(), 1.0), self.A, self.r)
+            self.memo.add(batch_key, MemoRecord(indptr, indices, data, rho.copy(), kappa.copy(), 1.0), self._subtract)
         if self.acc_n > 0:
             self.eta_mean = self.acc_sum / self.acc_n
             self.eta_sq_mean = self.acc_sq / self.acc_n
@@ -757,6 +714,6 @@ class SupervisedHead:
 
     def limit_memo(self, window: int | None) -> int:
         """Set ``memo_window`` and subtract the oldest records beyond it; returns how many."""
-        n = self.memo.limit(window, self.A, self.r)
+        n = self.memo.limit(window, self._subtract)
         self.memo_window = self.memo.window
         return n

@@ -21,8 +21,9 @@ def head_state(head) -> tuple[dict, dict]:
               "acc_n": head.acc_n, "scale_stats": head.scale_stats.state()}
     arrays = {"eta": head.eta.copy(), "eta_mean": head.eta_mean.copy(), "eta_sq_mean": head.eta_sq_mean.copy(),
               "A": head.A.copy(), "r": head.r.copy(), "acc_sum": head.acc_sum.copy(),
-              "acc_sq": head.acc_sq.copy()}
+              "acc_sq": head.acc_sq.copy(), "seed_coef": head.seed_coef.copy()}
     arrays.update(memo_arrays)
+    arrays.update(head.pool.state())
     return header, arrays
 
 
@@ -45,6 +46,9 @@ def restore_head(cls, header: dict, arrays: dict):
     for name in ("eta", "eta_mean", "eta_sq_mean", "r", "acc_sum", "acc_sq"):
         setattr(head, name, np.array(arrays[name], dtype=np.float64).reshape(L, K))
     head.A = np.array(arrays["A"], dtype=np.float64).reshape(L, K, K)
+    # before new labels were seeded from the pool (2026-11-25): zeros, what they started from then
+    head.seed_coef = np.array(arrays.get("seed_coef", np.zeros((L, 2))), dtype=np.float64).reshape(L, 2)
+    head.pool.restore(arrays)
     head.acc_n = int(header.get("acc_n", 0))
     head.n_calls = int(header["n_calls"])
     head.n_updates = int(header["n_updates"])

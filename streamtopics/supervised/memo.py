@@ -78,30 +78,31 @@ class HeadMemo:
     def keys(self) -> list:
         return list(self.records.keys())
 
-    def forget(self, key, A, r) -> bool:
-        """Subtract the record of ``key`` from (A, r) and drop it; False when there is none."""
+    def forget(self, key, subtract) -> bool:
+        """Drop the record of ``key``, handing it to ``subtract`` (the owner takes its contribution
+        out of what it carries); False when there is none."""
         if key is None or key not in self.records:
             return False
-        self.records.pop(key).fold_into(A, r, -1.0)
+        subtract(self.records.pop(key))
         return True
 
     def decay(self, factor: float) -> None:
         for rec in self.records.values():
             rec.weight *= factor
 
-    def add(self, key, rec: MemoRecord, A, r) -> None:
+    def add(self, key, rec: MemoRecord, subtract) -> None:
         self.records[key] = rec
-        self.limit(self.window, A, r)
+        self.limit(self.window, subtract)
 
-    def limit(self, window: int | None, A, r) -> int:
-        """Set ``window`` and subtract the oldest records beyond it; returns how many."""
+    def limit(self, window: int | None, subtract) -> int:
+        """Set ``window`` and hand the oldest records beyond it to ``subtract``; returns how many."""
         if window is not None and (not isinstance(window, (int, np.integer)) or window < 1):
             raise ValueError(f"memo_window must be a positive int or None (got {window!r})")
         self.window = None if window is None else int(window)
         n = 0
         while self.window is not None and len(self.records) > self.window:
             _, old = self.records.popitem(last=False)
-            old.fold_into(A, r, -1.0)
+            subtract(old)
             n += 1
         return n
 

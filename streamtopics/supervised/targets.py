@@ -1,0 +1,83 @@
+"""A batch's targets as the classifier learns them: the task they imply, and their encoding as
+(y, mask) rows over the label vocabulary (docs/supervised.md §2, multi-task)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Encoded targets of a batch: ``y`` (D, L) in {-1, +1} (or the response), ``mask`` (D, L)."""
+
+    y: np.ndarray
+    mask: np.ndarray
+
+    @property
+    def labelled(self) -> np.ndarray:
+        return self.mask.any(axis=1)
+
+
+def is_missing(t) -> bool:
+    return t is None or (isinstance(t, float) and math.isnan(t))
+
+
+def infer_task(targets) -> str | None:
+    """"multiclass" (str targets) or "multilabel" (lists of str) from the first labelled target;
+    None while every target is missing."""
+    for t in targets:
+        if is_missing(t):
+            continue
+        if isinstance(t, str):
+            return "multiclass"
+        if isinstance(t, (list, tuple, set, frozenset)):
+            return "multilabel"
+        raise TypeError(f"classification targets must be str (multi-class) or lists of str "
+                        f"(multi-label); got {type(t).__name__} {t!r}")
+    return None
+
+
+def encode_responses(targets: list) -> Targets:
+    """Regression: floats, None or NaN for unlabelled; one row."""
+    yv = np.array([np.nan if is_missing(t) else float(t) for t in targets], dtype=np.float64).reshape(len(targets), 1)
+    mask = np.isfinite(yv)
+    if np.isinf(yv).any():
+        raise ValueError("regression targets must be finite (None or NaN for unlabelled)")
+    return Targets(np.where(mask, yv, 0.0), mask)
+
+
+def label_lists(task: str, targets: list) -> list:
+    """Each document's labels as a list (None: unlabelled), type-checked for ``task``."""
+    per_doc: list[list[str] | None] = []
+    for t in targets:
+        if is_missing(t):
+            per_doc.append(None)
+        elif task == "multiclass":
+            if not isinstance(t, str):
+                raise TypeError(f"multi-class targets must be str or None (got {type(t).__name__} {t!r})")
+            per_doc.append([t])
+        else:
+            if isinstance(t, str) or not isinstance(t, (list, tuple, set, frozenset)):
+                raise TypeError(f"multi-label targets must be lists of str or None (got {t!r})")
+            per_doc.append(list(t))
+    return per_doc
+
+
+def one_vs_rest(per_doc: list, idx, n_labels: int) -> Targets:
+    """+1 for a document's labels (``idx``: their vocabulary indices, flat, -1 unknown), -1 for the
+    others; unlabelled documents masked out."""
+    D = len(per_doc)
+    y = -np.ones((D, n_labels))
+    mask = np.zeros((D, n_labels), dtype=bool)
+    pos = 0
+    for d, labs in enumerate(per_doc):
+        if labs is None:
+            continue
+        mask[d, :] = True
+        for i in idx[pos:pos + len(labs)]:
+            if i >= 0:
+                y[d, i] = 1.0
+        pos += len(labs)
+    return Targets(y, mask)
