@@ -1,6 +1,6 @@
 """Mean-field expectations of the augmentation (docs/supervised.md §5): the coefficients the
-variational local step weighs the label term with; and the coefficients a regression batch is
-carried with once it is over (§4)."""
+variational local step weighs the label term with; and the coefficients a batch is carried with
+once it is over (§4)."""
 from __future__ import annotations
 
 import math
@@ -48,36 +48,60 @@ def expected_coefficients(loss: str, c: float, ell: float, eps: float, e_omega, 
 def carried_coefficients(head, zbar, rho, kappa) -> tuple[np.ndarray, np.ndarray]:
     """(rho, kappa) of a batch as ``head`` carries them once the batch is over (``end_batch``).
 
-    Classification: unchanged.  Regression (docs/supervised.md §4, "Regression: what the carried
-    statistics keep"): the eps-insensitive augmentation gives document d the precision
-    rho_d ~ 2c / |y_d - omega_d|, the curvature of the absolute loss's quadratic bound tight at the
-    residual under eta *of the batch's time*.  Carried, that bound is evaluated at every later eta,
-    where the residual no longer holds: documents the eta of the time happened to fit keep huge
-    weights.  What the batch's term 2c sum_d max(0, |y_d - eta^T zbar_d| - eps) has in expectation
-    over the residuals is the curvature 2c (f(eps) + f(-eps)) = 4c f(eps) per document (f: the
-    residuals' density), the same for every document.  So every labelled document is carried at
+    The augmentation's per-document weight is a quadratic bound tight at the document's residual
+    (margin) under eta *of the batch's time*; carried, it is evaluated at every later eta, where that
+    residual no longer holds, and the documents the eta of the time happened to put at the loss's
+    kink keep weights ~ 1/|residual| without bound (docs/supervised.md §4, "Regression: what the
+    carried statistics keep"; "The hinge: the same defect"). What the batch's loss has in expectation
+    over the residuals is one curvature for every document, carried with its pseudo-target
+    u_d = kappa_d / rho_d kept (kappa_d = w u_d):
 
-        w = 4c phi(eps / s) / s,   s = RMS of the batch's residuals u_d - eta^T zbar_d  (floor 1/c),
+    * regression: ``2c sum_d max(0, |y_d - eta^T zbar_d| - eps)`` has curvature 4c f(eps), f the
+      residuals' density, Gaussian with the RMS s of the batch's residuals (floor 1/c):
+      w = 4c phi(eps / s) / s;
+    * hinge, per label: ``2c sum_d max(0, zeta_d)``, zeta_d = ell - y_d eta^T zbar_d, has curvature
+      2c f(0), f the margins' density at the kink, a Gaussian kernel estimate (the margins of a
+      one-vs-rest label are far from Gaussian): w = 2c mean_d phi(zeta_d / h) / h, Silverman's
+      h = 1.06 sd n^(-1/5) (floor 1/c, the loss's width); y_d = sign(kappa_d), exact for the hinge.
 
-    (f Gaussian; eta: the average of the batch's retained samples), with its pseudo-target
-    u_d = kappa_d / rho_d kept: kappa_d = w u_d.  The floor 1/c is the loss's width, as in
-    ``expected_coefficients``.
+    eta is the average of the batch's retained samples.  The logistic loss is unchanged: its
+    Polya-Gamma weight c tanh(omega/2) / (2 omega) is bounded by c/4 and smooth in omega.
     """
     rho = np.asarray(rho, dtype=np.float64)
     kappa = np.asarray(kappa, dtype=np.float64)
-    if head.task != "regression" or rho.ndim != 2 or rho.shape[1] != 1:
-        return rho, kappa
-    lab = rho[:, 0] > 0.0
-    if not lab.any():
+    if head.loss == "logistic" or rho.ndim != 2:
         return rho, kappa
     eta = head.acc_sum / head.acc_n if head.acc_n > 0 else head.eta
-    u = kappa[lab, 0] / rho[lab, 0]
-    resid = u - np.asarray(zbar, dtype=np.float64)[lab] @ eta[0]
+    if eta.shape[0] != rho.shape[1]:
+        return rho, kappa
+    omega = np.asarray(zbar, dtype=np.float64) @ eta.T
     c = float(head.c)
-    s = max(math.sqrt(float(np.mean(resid * resid))), 1.0 / c)
-    t = float(head.epsilon) / s
-    w = 4.0 * c * math.exp(-0.5 * t * t) / (math.sqrt(2.0 * math.pi) * s)
     rho_c, kappa_c = rho.copy(), kappa.copy()
-    rho_c[lab, 0] = w
-    kappa_c[lab, 0] = w * u
+    for l in range(rho.shape[1]):
+        lab = rho[:, l] > 0.0
+        if head.task == "regression":
+            w, u = _regression_weight(c, float(head.epsilon), kappa[lab, l] / rho[lab, l], omega[lab, l])
+            rho_c[lab, l], kappa_c[lab, l] = w, w * u
+        elif lab.sum() >= 2:
+            y = np.sign(kappa[lab, l])
+            w, grad = _hinge_terms(c, float(head.ell) - y * omega[lab, l])
+            rho_c[lab, l], kappa_c[lab, l] = w, w * omega[lab, l] + y * grad
     return rho_c, kappa_c
+
+
+def _regression_weight(c: float, eps: float, u: np.ndarray, omega: np.ndarray) -> tuple[float, np.ndarray]:
+    if u.size == 0:
+        return 0.0, u
+    s = max(math.sqrt(float(np.mean((u - omega) ** 2))), 1.0 / c)
+    t = eps / s
+    return 4.0 * c * math.exp(-0.5 * t * t) / (math.sqrt(2.0 * math.pi) * s), u
+
+
+def _hinge_terms(c: float, zeta: np.ndarray) -> tuple[float, np.ndarray]:
+    """The kernel-smoothed hinge 2c E max(0, zeta + h e) around the batch's margins: the documents'
+    common curvature 2c f(0) and each one's slope 2c Phi(zeta_d / h) (towards its label)."""
+    h = max(1.06 * float(np.std(zeta)) * zeta.size ** -0.2, 1.0 / c)
+    t = zeta / h
+    w = 2.0 * c * float(np.mean(np.exp(-0.5 * t * t))) / (math.sqrt(2.0 * math.pi) * h)
+    grad = 2.0 * c * 0.5 * np.array([math.erfc(-x / math.sqrt(2.0)) for x in t])
+    return w, grad
