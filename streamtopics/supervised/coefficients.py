@@ -53,16 +53,18 @@ def carried_coefficients(head, zbar, rho, kappa) -> tuple[np.ndarray, np.ndarray
     residual no longer holds, and the documents the eta of the time happened to put at the loss's
     kink keep weights ~ 1/|residual| without bound (docs/supervised.md §4, "Regression: what the
     carried statistics keep"; "The hinge: the same defect"). What the batch's loss has in expectation
-    over the residuals is one curvature for every document, carried with its pseudo-target
-    u_d = kappa_d / rho_d kept (kappa_d = w u_d):
+    over the residuals is one curvature w for every document (rho_d = w):
 
     * regression: ``2c sum_d max(0, |y_d - eta^T zbar_d| - eps)`` has curvature 4c f(eps), f the
       residuals' density, Gaussian with the RMS s of the batch's residuals (floor 1/c):
-      w = 4c phi(eps / s) / s;
+      w = 4c phi(eps / s) / s, each document's pseudo-target u_d = kappa_d / rho_d kept
+      (kappa_d = w u_d);
     * hinge, per label: ``2c sum_d max(0, zeta_d)``, zeta_d = ell - y_d eta^T zbar_d, has curvature
       2c f(0), f the margins' density at the kink, a Gaussian kernel estimate (the margins of a
       one-vs-rest label are far from Gaussian): w = 2c mean_d phi(zeta_d / h) / h, Silverman's
-      h = 1.06 sd n^(-1/5) (floor 1/c, the loss's width); y_d = sign(kappa_d), exact for the hinge.
+      h = 1.06 sd n^(-1/5) (floor 1/c, the loss's width); each document keeps its slope of the same
+      smoothed loss, kappa_d = w omega_d + y_d 2c Phi(zeta_d / h) (the second-order expansion at the
+      batch's eta); y_d = sign(kappa_d), exact for the hinge.
 
     eta is the average of the batch's retained samples.  The logistic loss is unchanged: its
     Polya-Gamma weight c tanh(omega/2) / (2 omega) is bounded by c/4 and smooth in omega.
@@ -80,7 +82,8 @@ def carried_coefficients(head, zbar, rho, kappa) -> tuple[np.ndarray, np.ndarray
     for l in range(rho.shape[1]):
         lab = rho[:, l] > 0.0
         if head.task == "regression":
-            w, u = _regression_weight(c, float(head.epsilon), kappa[lab, l] / rho[lab, l], omega[lab, l])
+            u = kappa[lab, l] / rho[lab, l]
+            w = _regression_weight(c, float(head.epsilon), u - omega[lab, l])
             rho_c[lab, l], kappa_c[lab, l] = w, w * u
         elif lab.sum() >= 2:
             y = np.sign(kappa[lab, l])
@@ -89,12 +92,13 @@ def carried_coefficients(head, zbar, rho, kappa) -> tuple[np.ndarray, np.ndarray
     return rho_c, kappa_c
 
 
-def _regression_weight(c: float, eps: float, u: np.ndarray, omega: np.ndarray) -> tuple[float, np.ndarray]:
-    if u.size == 0:
-        return 0.0, u
-    s = max(math.sqrt(float(np.mean((u - omega) ** 2))), 1.0 / c)
+def _regression_weight(c: float, eps: float, resid: np.ndarray) -> float:
+    """4c phi(eps / s) / s, s the residuals' RMS (floor 1/c); 0 for no residuals."""
+    if resid.size == 0:
+        return 0.0
+    s = max(math.sqrt(float(np.mean(resid * resid))), 1.0 / c)
     t = eps / s
-    return 4.0 * c * math.exp(-0.5 * t * t) / (math.sqrt(2.0 * math.pi) * s), u
+    return 4.0 * c * math.exp(-0.5 * t * t) / (math.sqrt(2.0 * math.pi) * s)
 
 
 def _hinge_terms(c: float, zeta: np.ndarray) -> tuple[float, np.ndarray]:
