@@ -71,7 +71,7 @@ from .coefficients import carried_coefficients, expected_coefficients
 from ..jit_cache import njit
 from .labels import LabelVocabulary
 from .memo import HeadMemo, MemoRecord, csr, fold
-from .newlabels import NegativePool, seed_coefficients
+from .newlabels import NegativePool, labelled_rows, seed_coefficients
 from .targets import Targets, encode_responses, infer_task, label_lists, one_vs_rest
 from .scaling import AUTO, AUTO_NAMES, ScaleStats, auto_constants
 
@@ -611,18 +611,19 @@ class SupervisedHead:
         """
         self._check_key(batch_key)
         Z = self._zbar(zbar)
-        rho, kappa = carried_coefficients(self, Z, *self._coefs(rho, kappa, Z.shape[0]))  # §4, regression
+        rho, kappa = carried_coefficients(self, Z, *self._coefs(rho, kappa, Z.shape[0]))  # §4: hinge, regression
         indptr, indices, data = csr(Z)
         fold(self.A, self.r, indptr, indices, data, rho, kappa, 1.0)
+        labelled = labelled_rows(rho, kappa)
         if self.task != "regression":
-            self.pool.add(indptr, indices, data, rho, kappa)
+            self.pool.add(indptr, indices, data, labelled)
         if batch_key is not None:
             self.memo.add(batch_key, MemoRecord(indptr, indices, data, rho.copy(), kappa.copy(), 1.0), self._subtract)
         if self.acc_n > 0:
             self.eta_mean = self.acc_sum / self.acc_n
             self.eta_sq_mean = self.acc_sq / self.acc_n
         self.n_updates += 1
-        self.docs_seen += int(((rho > 0) | (kappa != 0)).any(axis=1).sum())
+        self.docs_seen += int(labelled.sum())
 
     # ------------------------------------------------------------------ one call per batch
     def update(self, zbar, targets, batch_key=None, n_sweeps: int | None = None, decay: float | None = None) -> dict:

@@ -52,9 +52,10 @@ class NegativePool:
         self.S2 = np.zeros((1, n_topics, n_topics))  # a one-label (A, r) pair, so ``fold`` serves both
         self.S1 = np.zeros((1, n_topics))
 
-    def add(self, indptr, indices, data, rho, kappa, weight: float = 1.0) -> None:
-        """Fold a batch's labelled documents (CSR zbar, the batch's rho and kappa) with ``weight``."""
-        ones = labelled_rows(rho, kappa).astype(np.float64)[:, None]
+    def add(self, indptr, indices, data, labelled: np.ndarray, weight: float = 1.0) -> None:
+        """Fold a batch's labelled documents (CSR zbar; ``labelled``: ``labelled_rows`` of its rho and
+        kappa) with ``weight``."""
+        ones = labelled.astype(np.float64)[:, None]
         fold(self.S2, self.S1, indptr, indices, data, ones, ones, float(weight))
 
     def decay(self, factor: float) -> None:
