@@ -337,6 +337,7 @@ def _outage_run(tmp_path: Path, cycles: int, outage_s: float, n: int, seed: int)
         print("\nbroker outages " + json.dumps(res))
         if res["unpredicted"]:
             res["where"] = _where_missing(b.bootstrap, set(ids) - now_seen, sent, marks, proc)
+            print("where the unpredicted documents are: " + json.dumps(res["where"], default=str))  # in full
         assert res["unpredicted"] == 0, res
         # No record learned twice: never more learned than the broker ever acknowledged, and at
         # least every distinct document (each one was predicted; predicting means learning).
