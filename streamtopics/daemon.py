@@ -241,7 +241,8 @@ class Daemon:
         self.hooks.point("model_loaded")
         self._started.set()  # the metrics endpoint answers and the model is loaded
         self.session.connect(decode=self.decoder, start_offset=self._start_offset, on_assigned=self._on_assigned,
-                             on_revoked=self._on_revoked, on_reset=self._on_reset)
+                             on_revoked=self._on_revoked, on_reset=self._on_reset,
+                             before_offset=lambda tp, start: self.book.before(tp.topic, tp.partition, start))
         if self.replicas is not None:
             self.replicas.join(self.model, self.book.ledger)
         self.hooks.point("connected")

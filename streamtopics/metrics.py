@@ -42,6 +42,7 @@ streamtopics_ready                             gauge
 streamtopics_producer_pending_messages         gauge
 streamtopics_model_errors_total                counter
 streamtopics_partition_resets_total            counter
+streamtopics_continuity_checks_total           counter
 streamtopics_partition_quarantined             gauge      partition
 streamtopics_offsets_skipped_total             counter    reason (ledger's SKIP_REASONS)
 streamtopics_kafka_client_recreations_total    counter    client (consumer, producer)
@@ -284,6 +285,11 @@ class Metrics:
             "streamtopics_partition_resets_total",
             "Partition logs found recreated behind the daemon's offset (topic recreated, or a broker "
             "that lost its data): the partition is re-read from its beginning.", registry=r)
+        self.continuity_checks = Counter(
+            "streamtopics_continuity_checks_total",
+            "Times a lost broker connection made the consumer read each assigned partition's last "
+            "record again, which must come back unchanged (else the partition counts as reset).",
+            registry=r)
         self.partition_quarantined = Gauge(
             "streamtopics_partition_quarantined",
             "1 while a partition is quarantined: its log was reset too often in a short window, "
@@ -505,6 +511,7 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_build_info": "info",
     "streamtopics_model_errors_total": "counter",
     "streamtopics_partition_resets_total": "counter",
+    "streamtopics_continuity_checks_total": "counter",
     "streamtopics_partition_quarantined": "gauge",
     "streamtopics_offsets_skipped_total": "counter",
     "streamtopics_kafka_client_recreations_total": "counter",

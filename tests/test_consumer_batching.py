@@ -1,24 +1,31 @@
 """PartitionBuffers, the Kafka-free half of the consumer: the batch rule, waiting, pausing,
-resume offsets after a revocation, log resets and read-ahead decoding, without a broker."""
+resume offsets after a revocation, log resets, continuity checks and read-ahead decoding,
+without a broker."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streamtopics.stream.batching import PartitionBuffers
+from streamtopics.stream.batching import PartitionBuffers, record_print
 
 
 @dataclass
 class Rec:
     offset: int
-    value: int  # documents the record carries
+    docs: int  # documents the record carries
+    log: str = "a"  # which log the record belongs to (its contents differ per log)
+    timestamp: int = 0
+
+    @property
+    def value(self) -> bytes:
+        return f"{self.log}:{self.offset}".encode()
 
 
 def decode(r):
-    return [r.offset] * r.value, r.value
+    return [r.offset] * r.docs, r.docs
 
 
-def recs(lo, hi, docs=1):
-    return [Rec(o, docs) for o in range(lo, hi)]
+def recs(lo, hi, docs=1, log="a"):
+    return [Rec(o, docs, log) for o in range(lo, hi)]
 
 
 def test_a_batch_closes_at_max_docs_documents_or_records_and_depends_only_on_its_start():
@@ -67,9 +74,10 @@ def test_a_revoked_partition_resumes_at_the_first_record_not_handed_out_unless_t
     b.append("p", recs(0, 30), now=0.0)
     assert len(b.take_ready(0.0).entries) == 10
     b.revoke("p")  # 10..29 buffered and dropped
-    assert b.partitions() == [] and b.assign("p", None) == 10
+    # resumes at 10, read from 9: the last record handed out must come back unchanged
+    assert b.partitions() == [] and b.assign("p", None) == 9 and b.next_offsets() == {"p": 10}
     b.revoke("p")
-    assert b.assign("p", 25) == 25  # the owner's offset wins
+    assert b.assign("p", 25) == 25  # the owner's offset wins (the record before it unknown)
 
 
 def test_log_resets_holds_and_highwater():
@@ -82,6 +90,44 @@ def test_log_resets_holds_and_highwater():
     b.append("p", recs(0, 5), now=1.0)  # re-read from the beginning
     assert b.hold("p") and not b.accepts("p") and b.next_offsets() == {"p": 0}
     assert b.take_ready(now=100.0) is None and not b.hold("q")
+
+
+def test_a_resumed_partition_first_verifies_the_record_before_its_offset():
+    b = PartitionBuffers(max_docs=10, max_wait_s=60.0, decode=decode)
+    assert b.assign("p", 50, before=record_print(Rec(49, 1))) == 49  # seek one record back
+    assert b.next_offsets() == {"p": 50}
+    assert b.behind("p", 49) and not b.behind("p", 50)  # record 49 must exist
+    assert b.append("p", recs(49, 55), now=0.0) == 0  # nothing before the check
+    assert b.verify("p", recs(47, 55)) is None  # 47, 48: stale; 49 unchanged: consumed
+    assert b.append("p", recs(49, 55), now=0.0) == 5 and b.next_offsets() == {"p": 50}
+    assert b.verify("p", recs(55, 56)) is None  # nothing pending: no check
+
+
+def test_a_new_log_grown_past_our_offset_is_found_by_the_record_before_it():
+    b = PartitionBuffers(max_docs=10, max_wait_s=60.0, decode=decode)
+    b.assign("p", 50, before=record_print(Rec(49, 1, "a")))
+    assert b.below_expected("p", recs(49, 60, log="b")) is None  # in range: no other check sees it
+    assert b.verify("p", recs(49, 60, log="b")) == 49  # other contents at 49: another log
+    assert b.reset("p") == (50, 0) and b.next_offsets() == {"p": None}
+    # no record at 49 (compacted away, a transaction marker): nothing to check, reading goes on
+    b.assign("q", 50, before=record_print(Rec(49, 1)))
+    assert b.verify("q", recs(50, 52)) is None and b.append("q", recs(50, 52), now=0.0) == 2
+
+
+def test_after_a_lost_connection_the_last_record_read_is_verified_again():
+    b = PartitionBuffers(max_docs=5, max_wait_s=60.0, decode=decode)
+    b.assign("p", 0)
+    assert b.rewind("p") is None  # nothing read yet
+    b.append("p", recs(0, 12), now=0.0)
+    b.take_ready(0.0)  # 0..4 handed out, 5..11 buffered
+    assert b.rewind("p") == 11 and b.rewind("p") is None  # one check at a time
+    assert b.next_offsets() == {"p": 5} and not b.behind("p", 12) and b.behind("p", 11)
+    assert b.verify("p", recs(11, 14)) is None and b.append("p", recs(11, 14), now=1.0) == 2
+    assert [e.record.offset for e in b.take_ready(1.0).entries] == [5, 6, 7, 8, 9]
+    assert b.rewind("p") == 13
+    assert b.verify("p", recs(13, 20, log="b")) == 13  # the broker came back with another log
+    b.rewind("p")
+    assert b.hold("p") and b.next_offsets() == {"p": 10}  # held: resumable at its first unread record
 
 
 def test_decode_ahead_decodes_the_next_two_batches_once():

@@ -103,6 +103,24 @@ def test_ledger_round_trips_and_reads_old_snapshots():
     assert old.admit("a:0", [99, 100], [1, 2]).keep == [False, True]
 
 
+def test_the_record_before_the_position_is_remembered_saved_and_forgotten_with_its_epoch():
+    led = OffsetLedger()
+    k = "docs:0"
+    assert led.tail(k, 10) is None
+    led.learned(k, 0, 10, 1, tail_print=91)
+    led.learned(k, 10, 20, 2, tail_print=92)
+    assert led.tail(k, 20) == 92 and led.tail(k, 10) is None  # only the record before the position
+    led.learned(k, 30, 40, 3)  # learned without its last record's fingerprint: unknown
+    assert led.tail(k, 40) is None
+    led.learned(k, 40, 50, 4, tail_print=94)
+    led.learned(k, 20, 30, 5, tail_print=93)  # an older range filled in: the position's tail stays
+    assert led.position(k) == 50 and led.tail(k, 50) == 94
+    back = OffsetLedger.from_dict(json.loads(json.dumps(led.to_dict())))
+    assert back.tail(k, 50) == 94 and back.to_dict() == led.to_dict()
+    led.new_epoch(k, "t2")
+    assert led.tail(k, 50) is None
+
+
 def test_ranges_stay_bounded():
     led = OffsetLedger()
     for i in range(500):

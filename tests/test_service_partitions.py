@@ -80,6 +80,17 @@ def test_a_reread_of_the_same_log_is_skipped_and_a_new_log_learned():
     assert [r.offset for r in rb.records] == [0, 1, 2, 3, 4] and book.ledger.epoch("docs:0") == 1
 
 
+def test_a_resumed_partition_names_the_record_before_its_offset():
+    book = _book()
+    rb = _batch(range(0, 5))
+    span = Span.of(rb)
+    assert span.tail == fingerprint(rb.records[-1].value, 1)
+    assert book.learned(span)
+    assert book.start_offset("docs", 0, None, have_snapshot=True) == 5
+    assert book.before("docs", 0, 5) == span.tail  # the consumer reads record 4 again first
+    assert book.before("docs", 0, 4) is None and book.before("docs", 0, None) is None
+
+
 def test_batch_keys_are_stable_and_new_per_epoch():
     book = _book()
     assert book.batch_key("docs", 0, 256) == "docs:0:256"

@@ -11,6 +11,11 @@ The epoch changes only when the log is positively known to be another one:
   (the fingerprint - crc32c of value and timestamp - kept for the first record of every
   learned batch differs): the offsets were reused by a new log.
 
+The fingerprint of the record just before ``position`` (the **tail**) is kept too: a
+partition resumed there is read from one record earlier, and that record must come back
+unchanged (``stream.batching``), so a new log that has grown past our offset is found
+before anything in it is skipped.
+
 Within an epoch the learned offsets are a short list of ``[first, next)`` ranges. A record
 whose offset lies in them is **never learned again**, whatever the broker returns (a
 re-read after a reset of the same log, duplicate or non-monotonic offsets from a broker
@@ -30,6 +35,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..stream.batching import fingerprint
+
 __all__ = ["Admission", "OffsetLedger", "SKIP_REASONS", "fingerprint"]
 
 SKIP_REASONS = ("already_learned", "non_monotonic")
@@ -37,14 +44,6 @@ MAX_MARKS = 4096      # fingerprints of batch heads kept per partition (newest)
 MAX_RANGES = 64       # learned ranges kept per epoch (oldest merged away; see _add_range)
 KEEP_EPOCHS = 4       # past epochs kept (for reports; only the current one filters)
 FORMAT = 1
-
-
-def fingerprint(value: bytes | None, timestamp: int | None) -> int:
-    """A 32-bit fingerprint of one record (value and create timestamp)."""
-    import crc32c
-
-    head = (int(timestamp or 0) & ((1 << 64) - 1)).to_bytes(8, "little")
-    return crc32c.crc32c(value or b"", crc32c.crc32c(head))
 
 
 @dataclass
@@ -80,6 +79,7 @@ class _Partition:
     epoch: _Epoch
     past: list[_Epoch] = field(default_factory=list)
     marks: OrderedDict = field(default_factory=OrderedDict)  # offset -> fingerprint (current epoch)
+    tail: tuple[int, int] | None = None                       # (offset, fingerprint) before position
     resets: deque = field(default_factory=deque)             # monotonic times (not saved)
     quarantine: str | None = None                            # reason (not saved: a restart retries)
 
@@ -127,6 +127,14 @@ class OffsetLedger:
     def positions(self) -> dict[str, int]:
         """``{"topic:partition": next offset}`` of every partition with something learned."""
         return {k: p.epoch.ranges[-1][1] for k, p in self._parts.items() if p.epoch.ranges}
+
+    def tail(self, key: str, start: int) -> int | None:
+        """The fingerprint of the record at ``start - 1`` when known (the newest learned record
+        of the current epoch, when ``start`` is where reading resumes)."""
+        p = self._parts.get(key)
+        if p is None or p.tail is None or p.tail[0] != int(start) - 1:
+            return None
+        return p.tail[1]
 
     def ranges(self, key: str) -> list[tuple[int, int]]:
         p = self._parts.get(key)
@@ -197,15 +205,18 @@ class OffsetLedger:
         return topic_id is not None and p.epoch.topic_id is not None and topic_id != p.epoch.topic_id
 
     def learned(self, key: str, first: int, next_offset: int, head_print: int | None = None,
-                topic_id: str | None = None) -> None:
+                topic_id: str | None = None, tail_print: int | None = None) -> None:
         """The model learned the records of ``[first, next_offset)`` (skipped ones included:
-        they were learned before)."""
+        they were learned before); ``tail_print``: the fingerprint of the record at
+        ``next_offset - 1``."""
         if next_offset <= first:
             return
         p = self._part(key)
         if topic_id is not None and p.epoch.topic_id is None:
             p.epoch.topic_id = topic_id
         self._add_range(p.epoch, int(first), int(next_offset))
+        if p.epoch.ranges[-1][1] == int(next_offset):
+            p.tail = None if tail_print is None else (int(next_offset) - 1, int(tail_print))
         if head_print is not None:
             p.marks[int(first)] = int(head_print)
             while len(p.marks) > MAX_MARKS:
@@ -238,6 +249,7 @@ class OffsetLedger:
             del p.past[:-KEEP_EPOCHS]
         p.epoch = _Epoch(p.epoch.number + 1, topic_id)
         p.marks.clear()
+        p.tail = None
         if p.resets:
             # The newest reset is explained: it led to a new log, not to the same records again.
             # Only resets that keep serving what was learned count towards the quarantine.
@@ -277,7 +289,8 @@ class OffsetLedger:
 
         return {"format": FORMAT, "partitions": {
             k: {"epoch": ep(p.epoch), "past": [ep(e) for e in p.past],
-                "marks": [[o, f] for o, f in p.marks.items()]}
+                "marks": [[o, f] for o, f in p.marks.items()],
+                **({"tail": list(p.tail)} if p.tail is not None else {})}
             for k, p in self._parts.items()}}
 
     @classmethod
@@ -295,6 +308,8 @@ class OffsetLedger:
             p = _Partition(ep(x["epoch"]), [ep(e) for e in x.get("past", [])])
             for o, f in x.get("marks", []):
                 p.marks[int(o)] = int(f)
+            if x.get("tail") is not None:
+                p.tail = (int(x["tail"][0]), int(x["tail"][1]))
             led._parts[str(k)] = p
         return led
 

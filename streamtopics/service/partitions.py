@@ -28,18 +28,19 @@ def tp_key(topic: str, partition: int) -> str:
 @dataclass(frozen=True)
 class Span:
     """The offsets a batch covers once learned (records skipped as already learned are inside
-    it) and the fingerprint of its first record."""
+    it) and the fingerprints of its first and last records."""
 
     key: str
     first: int
     next: int
     head: int | None
+    tail: int | None = None
 
     @classmethod
     def of(cls, rb) -> Span:
-        r0 = rb.records[0]
+        r0, r1 = rb.records[0], rb.records[-1]
         return cls(tp_key(rb.topic, rb.partition), rb.first_offset, rb.next_offset,
-                   fingerprint(r0.value, r0.timestamp))
+                   fingerprint(r0.value, r0.timestamp), fingerprint(r1.value, r1.timestamp))
 
 
 class PartitionBook:
@@ -86,6 +87,12 @@ class PartitionBook:
             # partition in a new epoch: its new log from the beginning.
             return 0
         return pos  # None: a partition this lineage never saw -> the group's committed offset
+
+    def before(self, topic: str, partition: int, start: int | None) -> int | None:
+        """The fingerprint of the record just before ``start`` (where a partition resumes), when
+        this model learned it: the consumer reads it again first and resets the partition if it
+        has other contents (a new log that has grown past our offset)."""
+        return None if start is None else self.ledger.tail(tp_key(topic, partition), start)
 
     def current_topic_id(self, topic: str, client_id: str | None) -> str | None:
         """The client's topic id of ``topic``, None when unknown or still naming a log we left."""
@@ -196,5 +203,5 @@ class PartitionBook:
         reset meanwhile). Returns whether they were recorded."""
         if not span.key:
             return False
-        self.ledger.learned(span.key, span.first, span.next, span.head)
+        self.ledger.learned(span.key, span.first, span.next, span.head, tail_print=span.tail)
         return True

@@ -153,7 +153,8 @@ class KafkaSession:
         return kw
 
     def connect(self, *, decode: Callable, start_offset: Callable, on_assigned: Callable,
-                on_revoked: Callable, on_reset: Callable) -> None:
+                on_revoked: Callable, on_reset: Callable,
+                before_offset: Callable = lambda tp, start: None) -> None:
         """Create topics and clients, retrying with backoff while the broker is away."""
         cfg = self.cfg
         attempt = 0
@@ -173,7 +174,7 @@ class KafkaSession:
                     self.consumer_kwargs(), cfg.topics.input, max_docs=cfg.batch.max_docs,
                     max_wait_ms=cfg.batch.max_wait_ms, decode=decode, start_offset=start_offset,
                     on_assigned=on_assigned, on_revoked=on_revoked, on_reset=on_reset,
-                    on_wait=self._gil_free.set)
+                    on_wait=self._gil_free.set, before_offset=before_offset)
                 self.consumer.start()
                 if self._reader is None:
                     self._reader = threading.Thread(target=self._read_ahead, name="streamtopics-read-ahead",
@@ -234,6 +235,8 @@ class KafkaSession:
                 self.telemetry.on_client_recreated(name, n)
         if n := self._newly("joins_abandoned", getattr(self.consumer, "joins_abandoned", 0)):
             self.telemetry.on_joins_abandoned(n)
+        if n := self._newly("rewinds", getattr(self.consumer, "rewinds", 0)):
+            self.telemetry.on_continuity_checks(n)
         up = self.consumer is not None and self.consumer.connected() and (
             self.publisher.healthy if self.publisher is not None else False)
         self.telemetry.on_broker(up, self.cfg.kafka.bootstrap_servers)

@@ -101,6 +101,9 @@ class Telemetry:
     def on_client_recreated(self, client: str, n: int) -> None:
         self.metrics.client_recreations.labels(client=client).inc(n)
 
+    def on_continuity_checks(self, n: int) -> None:
+        self.metrics.continuity_checks.inc(n)
+
     def on_joins_abandoned(self, n: int) -> None:
         self.metrics.joins_abandoned.inc(n)
 

@@ -8,8 +8,15 @@ batch depends only on the offset it starts from.  A batch that cannot fill up is
 once its first record has waited ``max_wait_s``.  ``decode(record) -> (decoded, n_docs)`` runs
 once per record, lazily when batches are cut, or ahead on another thread (``decode_ahead``).
 
-Records only need an ``offset``; partitions any hashable key (the consumer uses kafka-python's
-``TopicPartition``).  Every method takes ``lock`` (re-entrant: the consumer holds it around
+**Continuity.** A partition resumed at offset X (assigned again, or after the connection to the
+broker was lost) is read from X - 1 when the fingerprint of the record at X - 1 is known: that
+record must come back with the same contents, else the log is another one than the offsets refer
+to (recreated, or served by a broker that lost its data), even where it has grown past X
+(``verify``). Kafka's own consumer validates its position after a leader change the same way
+with leader epochs (KIP-320); a record fingerprint needs no broker support.
+
+Records only need an ``offset`` (``value`` and ``timestamp`` for fingerprints); partitions any
+hashable key (the consumer uses kafka-python's ``TopicPartition``).  Every method takes ``lock`` (re-entrant: the consumer holds it around
 compound steps, and kafka-python's rebalance callbacks run on its IO thread).
 """
 from __future__ import annotations
@@ -21,7 +28,19 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BufferedRecord", "Cut", "PartitionBuffers", "PartitionState"]
+__all__ = ["BufferedRecord", "Cut", "PartitionBuffers", "PartitionState", "fingerprint", "record_print"]
+
+
+def fingerprint(value: bytes | None, timestamp: int | None) -> int:
+    """A 32-bit fingerprint of one record (value and create timestamp)."""
+    import crc32c
+
+    head = (int(timestamp or 0) & ((1 << 64) - 1)).to_bytes(8, "little")
+    return crc32c.crc32c(value or b"", crc32c.crc32c(head))
+
+
+def record_print(record: Any) -> int:
+    return fingerprint(getattr(record, "value", None), getattr(record, "timestamp", None))
 
 
 @dataclass(slots=True)
@@ -40,10 +59,16 @@ class PartitionState:
     expected: int | None = None  # offset of the next record to accept
     paused: bool = False
     held: bool = False  # the owner stopped reading it (quarantine): paused, nothing handed out
+    verify: int | None = None  # fingerprint the record at ``expected`` must have (it is then dropped)
+    last: Any = None  # the newest record accepted (its successor is ``expected``)
 
     def next_offset(self) -> int | None:
         """First offset not handed out yet (None: unknown, the group's position decides)."""
-        return self.buffer[0].record.offset if self.buffer else self.expected
+        return self.buffer[0].record.offset if self.buffer else self.frontier()
+
+    def frontier(self) -> int | None:
+        """One past the newest record read or being verified: the log must reach it."""
+        return self.expected + 1 if self.verify is not None else self.expected
 
 
 @dataclass
@@ -68,18 +93,66 @@ class PartitionBuffers:
         self.undecoded = threading.Event()  # set when records arrive: work for decode_ahead
         self._parts: dict[Hashable, PartitionState] = {}
         self._resume: dict[Hashable, int] = {}  # revoked partitions: first offset not handed out
+        self._handed: dict[Hashable, Any] = {}  # per partition the last record handed out
 
     # -- assignment ------------------------------------------------------------------------
-    def assign(self, tp: Hashable, start: int | None) -> int | None:
+    def assign(self, tp: Hashable, start: int | None, before: int | None = None) -> int | None:
         """A fresh buffer for ``tp``; returns the offset to seek to: ``start`` (the owner's), else
-        where we stopped handing out records when it was revoked, else None (the group decides)."""
+        where we stopped handing out records when it was revoked, else None (the group decides).
+        ``before``: the fingerprint of the record just before ``start`` when the owner knows it;
+        it (or the last record handed out, when that is the one) is verified first: the seek
+        goes one record back."""
         with self.lock:
             st = self._parts[tp] = PartitionState()
             resume = self._resume.pop(tp, None)
             off = start if start is not None else resume
-            if off is not None:
-                st.expected = int(off)
-            return off
+            if off is None:
+                return None
+            st.expected = int(off)
+            handed = self._handed.get(tp)
+            if before is None and handed is not None and handed.offset == off - 1:
+                before = record_print(handed)
+            if before is not None and off > 0:
+                st.expected, st.verify = int(off) - 1, int(before)
+            return st.expected
+
+    def rewind(self, tp: Hashable) -> int | None:
+        """After the connection to the broker was lost: read ``tp`` again from the last record
+        accepted, which must come back unchanged (``verify``). Returns the offset to seek to, or
+        None when there is nothing to verify (nothing accepted yet, or a verification pending)."""
+        with self.lock:
+            st = self._parts.get(tp)
+            if st is None or st.held or st.verify is not None or st.last is None \
+                    or st.expected != st.last.offset + 1:
+                return None
+            st.expected, st.verify = st.last.offset, record_print(st.last)
+            return st.expected
+
+    def rewind_all(self) -> dict[Hashable, int]:
+        """``rewind`` every partition: {partition: offset to seek to} of those rewound."""
+        with self.lock:
+            out = {tp: self.rewind(tp) for tp in list(self._parts)}
+        return {tp: off for tp, off in out.items() if off is not None}
+
+    def verify(self, tp: Hashable, records: list) -> int | None:
+        """Check fetched records against a pending verification: the offset of a record at the
+        verified offset with other contents (another log: the caller resets the partition), else
+        None. A matching record is consumed (the next one is expected); a fetch starting past the
+        verified offset (no record there: compacted, a transaction marker) ends the check."""
+        with self.lock:
+            st = self._parts[tp]
+            if st.verify is None or not records:
+                return None
+            for r in records:
+                if r.offset < st.expected:
+                    continue  # stale fetch from before a seek
+                if r.offset == st.expected and record_print(r) != st.verify:
+                    return r.offset
+                if r.offset == st.expected:
+                    st.expected = r.offset + 1
+                st.verify = None
+                return None
+            return None
 
     def revoke(self, tp: Hashable) -> None:
         """Drop ``tp``'s buffer and remember the first offset not handed out."""
@@ -97,8 +170,8 @@ class PartitionBuffers:
             if st is None:
                 return False
             st.held = True
-            if st.buffer:
-                st.expected = st.buffer[0].record.offset
+            st.expected = st.next_offset()
+            st.verify = None
             st.buffer.clear()
             return True
 
@@ -128,27 +201,32 @@ class PartitionBuffers:
     def behind(self, tp: Hashable, highwater: int | None) -> bool:
         """True when the log ends below the offset expected next (it was recreated or truncated)."""
         st = self._parts[tp]
-        return highwater is not None and st.expected is not None and highwater < st.expected
+        end = st.frontier()
+        return highwater is not None and end is not None and highwater < end
 
     def reset(self, tp: Hashable) -> tuple[int | None, int]:
         """Forget ``tp``'s offsets (its log is not the one they refer to); returns (the offset
         that was expected, records dropped from the buffer)."""
         with self.lock:
             st = self._parts[tp]
-            old, dropped = st.expected, len(st.buffer)
+            old, dropped = st.frontier(), len(st.buffer)
             st.buffer.clear()
-            st.expected = None
+            st.expected = st.verify = st.last = None
+            self._handed.pop(tp, None)
             return old, dropped
 
     def append(self, tp: Hashable, records: list, now: float) -> int:
         """Buffer the fetched records at or past the expected offset; returns how many."""
         st = self._parts[tp]
+        if st.verify is not None:
+            return 0  # ``verify`` decides first
         n = 0
         for r in records:
             if st.expected is not None and r.offset < st.expected:
                 continue  # stale fetch from before a seek
             st.buffer.append(BufferedRecord(r, now))
             st.expected = r.offset + 1
+            st.last = r
             n += 1
         if n:
             self.undecoded.set()
@@ -207,6 +285,7 @@ class PartitionBuffers:
             head, tp, n = pick
             st = self._parts[tp]
             entries = [st.buffer.popleft() for _ in range(n)]
+            self._handed[tp] = entries[-1].record
         return Cut(tp, entries, complete=bool(complete), waited_seconds=now - head)
 
     def _scan(self, st: PartitionState) -> tuple[int, bool]:

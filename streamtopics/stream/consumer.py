@@ -21,7 +21,12 @@ everything on restart; Kafka topics can be deleted and recreated) shows either
 as records *below* the expected offset (kafka-python found our offset out of
 range and reset to earliest; it discards fetches that do not start at its
 position, so nothing else produces them) or as a high watermark below it: the
-partition is re-read from its beginning and ``on_reset`` tells the daemon.
+partition is re-read from its beginning and ``on_reset`` tells the daemon. A third case shows
+neither: a new log that has already grown past our offset when we fetch from it (the broker
+restarted with nothing while we were paused or busy, and the producers were quicker). So a
+partition resumed at X is read from X - 1 whenever the record there is known (``before_offset``
+on assignment; the last record read after a lost broker connection), and the partition is reset
+when that record comes back with other contents (``batching``: continuity).
 
 Buffers are bounded: a partition holding ``4 * max_docs`` unprocessed records is
 paused until the daemon has taken some. Kafka errors never escape: they are
@@ -45,7 +50,7 @@ from kafka.structs import OffsetAndMetadata
 
 from .batching import PartitionBuffers
 
-__all__ = ["BatchingConsumer", "JoinWatch", "RecordBatch"]
+__all__ = ["BatchingConsumer", "ConnectionWatch", "JoinWatch", "RecordBatch", "heal_lost_join"]
 
 log = logging.getLogger(__name__)
 
@@ -149,12 +154,56 @@ class JoinWatch:
         return {"joining_s": round(self._joining_s, 1), "patience_s": self._patience_s, "abandoned": self.abandoned}
 
 
+def heal_lost_join(consumer) -> bool:
+    """Re-run a group join whose result kafka-python 3.0 dropped; True when one was.
+
+    When a rebalance is triggered by a partition-count change, the leader's own assignment
+    makes ``need_rejoin()`` false while the JoinGroup/SyncGroup task is still in flight;
+    if ``poll()`` returned early meanwhile (short timeouts, as here), the next poll no
+    longer awaits the finished task, the assignment is never applied and the consumer
+    owns no partition for good (seen with tansu after a restart; upstream is chasing the
+    same symptom, dpkp/kafka-python#2855). That state - a finished join task nobody
+    collected and no rejoin pending - is asked to rejoin, which completes normally.
+    """
+    coord = getattr(consumer, "_coordinator", None)
+    task = getattr(coord, "_join_task", None)
+    try:
+        lost = task is not None and task.is_done and not coord.need_rejoin()
+    except Exception:  # noqa: BLE001 - kafka-python internals changed: nothing to heal
+        return False
+    if lost:
+        log.warning("consumer group join finished but its assignment was never applied; rejoining")
+        coord.request_rejoin()
+    return lost
+
+
+class ConnectionWatch:
+    """Whether a broker connection open at the previous poll is gone (closed; a new one may
+    already stand in its place): the broker may have restarted, without its data."""
+
+    def __init__(self) -> None:
+        self._seen: frozenset = frozenset()
+
+    def lost(self, client) -> bool:
+        try:  # kafka-python 3 internals; absent in other versions -> nothing to watch
+            now = frozenset(list(client._manager._conns.values()))
+        except (AttributeError, RuntimeError):  # RuntimeError: changed by the IO thread meanwhile
+            return False
+        gone = bool(self._seen - now)
+        self._seen = now
+        return gone
+
+    def restart(self) -> None:
+        self._seen = frozenset()
+
+
 class BatchingConsumer:
     """A KafkaConsumer in a group, with per-partition buffers cut into deterministic batches.
 
     ``decode(record) -> (decoded, n_docs)`` is applied once per record (lazily,
     when batches are formed); the time it takes is reported per batch.
     Callbacks: ``start_offset(tp) -> int | None`` (where to seek on assignment),
+    ``before_offset(tp, start) -> int | None`` (the fingerprint of the record before it, if known),
     ``on_assigned(tps)``, ``on_revoked(tps)``, ``on_reset(tp, expected, highwater)``, and
     ``on_wait()`` just before ``next_batch`` blocks waiting for records (the caller is idle).
     """
@@ -172,6 +221,7 @@ class BatchingConsumer:
         on_revoked: Callable[[list[TopicPartition]], None] = lambda tps: None,
         on_reset: Callable[[TopicPartition, int, int], None] = lambda tp, expected, hw: None,
         on_wait: Callable[[], None] = lambda: None,
+        before_offset: Callable[[TopicPartition, int], int | None] = lambda tp, start: None,
         factory: Callable[..., Any] = KafkaConsumer,
     ) -> None:
         self._kwargs = dict(consumer_kwargs)
@@ -187,12 +237,15 @@ class BatchingConsumer:
         self._on_revoked_cb = on_revoked
         self._on_reset_cb = on_reset
         self._on_wait = on_wait
+        self._before_offset = before_offset
         self._factory = factory
+        self._conn_watch = ConnectionWatch()
+        self.rewinds = 0  # times the assigned partitions were verified after a lost connection
         self._consumer: Any = None
         self._lock = self._buffers.lock  # listener callbacks run on kafka-python's IO thread
         self._failures = 0
         self.recreated = 0
-        self.rejoins_forced = 0  # lost group joins re-run (see _heal_lost_join)
+        self.rejoins_forced = 0  # lost group joins re-run (see heal_lost_join)
         self.undecoded = self._buffers.undecoded  # set when records arrive: work for decode_ahead
         self.resets = 0  # partition logs found recreated behind our offsets
         self.last_error: str | None = None
@@ -215,28 +268,6 @@ class BatchingConsumer:
         except Exception as exc:  # noqa: BLE001
             log.warning("closing the consumer failed", extra={"error": repr(exc)})
         self._buffers.clear()
-
-    def _heal_lost_join(self) -> None:
-        """Re-run a group join whose result kafka-python 3.0 dropped.
-
-        When a rebalance is triggered by a partition-count change, the leader's own assignment
-        makes ``need_rejoin()`` false while the JoinGroup/SyncGroup task is still in flight;
-        if ``poll()`` returned early meanwhile (short timeouts, as here), the next poll no
-        longer awaits the finished task, the assignment is never applied and the consumer
-        owns no partition for good (seen with tansu after a restart; upstream is chasing the
-        same symptom, dpkp/kafka-python#2855). That state - a finished join task nobody
-        collected and no rejoin pending - is asked to rejoin, which completes normally.
-        """
-        coord = getattr(self._consumer, "_coordinator", None)
-        task = getattr(coord, "_join_task", None)
-        try:
-            lost = task is not None and task.is_done and not coord.need_rejoin()
-        except Exception:  # noqa: BLE001 - kafka-python internals changed: nothing to heal
-            return
-        if lost:
-            log.warning("consumer group join finished but its assignment was never applied; rejoining")
-            self.rejoins_forced += 1
-            coord.request_rejoin()
 
     def _watch_join(self, now: float) -> bool:
         """Rebuild the client when ``JoinWatch`` gives its group join up; True when it was rebuilt
@@ -289,6 +320,7 @@ class BatchingConsumer:
         self.close()
         self._failures = 0
         self._join_watch.restart()
+        self._conn_watch.restart()
         self.start()
 
     # -- rebalance callbacks (kafka-python's IO thread, while poll() runs) --------------
@@ -297,15 +329,17 @@ class BatchingConsumer:
         tps = sorted(assigned)
         with self._lock:
             for tp in tps:
-                start = None
+                start = before = None
                 try:
                     start = self._start_offset(tp)
+                    before = None if start is None else self._before_offset(tp, int(start))
                 except Exception as exc:  # noqa: BLE001 - never break the group protocol
                     log.exception("start_offset failed", extra={"partition": tp.partition, "error": repr(exc)})
                 # Without an offset from the owner, a partition we held before goes back to the
                 # records buffered and dropped at its revocation: kafka-python keeps its fetch
-                # position for a partition assigned again, which is past them.
-                off = self._buffers.assign(tp, None if start is None else int(start))
+                # position for a partition assigned again, which is past them. With the record
+                # before it known, reading starts there (continuity: see the module docstring).
+                off = self._buffers.assign(tp, None if start is None else int(start), before)
                 if off is not None:
                     self._consumer.seek(tp, int(off))
                 log.info("partition assigned", extra={
@@ -426,11 +460,17 @@ class BatchingConsumer:
                 except Exception as exc2:  # noqa: BLE001
                     log.error("could not recreate the consumer", extra={"error": repr(exc2)})
             return
-        self._heal_lost_join()
+        if heal_lost_join(self._consumer):
+            self.rejoins_forced += 1
         now = time.monotonic()
         if self._watch_join(now):
             return
         with self._lock:
+            if self._conn_watch.lost(self._consumer._client):
+                # What this poll returned may come from a broker that lost its data since: read
+                # every partition again from its last record, which must come back unchanged.
+                self._rewind()
+                return
             for tp, recs in records.items():
                 if not self._buffers.accepts(tp):  # revoked while the fetch was in flight, or held
                     continue
@@ -439,9 +479,15 @@ class BatchingConsumer:
                     # kafka-python discards fetched records that do not start at its position, so
                     # records below the offset we expect mean the client itself moved back: our
                     # offset was out of range (auto_offset_reset -> earliest). The log was
-                    # recreated (tansu restarted; a topic deleted and created again) — even if it
-                    # has meanwhile grown past our offset, which a high-watermark check misses.
+                    # recreated (tansu restarted; a topic deleted and created again).
                     self._log_reset(tp, below, "records below the expected offset")
+                other = self._buffers.verify(tp, recs)
+                if other is not None:
+                    # The record before our offset has other contents: a new log that has grown
+                    # past our offset (neither check above sees it).
+                    self._log_reset(tp, other, "the record before the expected offset has other contents")
+                    self._seek_to_beginning(tp)
+                    continue
                 self._buffers.append(tp, recs, now)
             self._check_highwater(records)
             self._pause_resume()
@@ -459,10 +505,25 @@ class BatchingConsumer:
                 continue
             # The log is shorter than what we already read: it was recreated or truncated.
             self._log_reset(tp, hw, "high watermark below the expected offset")
+            self._seek_to_beginning(tp)
+
+    def _seek_to_beginning(self, tp: TopicPartition) -> None:
+        try:
+            self._consumer.seek_to_beginning(tp)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("seek_to_beginning failed", extra={"error": repr(exc)})
+
+    def _rewind(self) -> None:
+        offsets = self._buffers.rewind_all()
+        for tp, off in offsets.items():
             try:
-                c.seek_to_beginning(tp)
-            except Exception as exc:  # noqa: BLE001
-                log.warning("seek_to_beginning failed", extra={"error": repr(exc)})
+                self._consumer.seek(tp, off)
+            except Exception as exc:  # noqa: BLE001 - not assigned any more: its next owner verifies
+                log.debug("seek failed: %r", exc)
+        if offsets:
+            self.rewinds += 1
+            log.info("a broker connection was lost: verifying that each partition's last record "
+                     "read comes back unchanged", extra={"partitions": len(offsets)})
 
     def _log_reset(self, tp: TopicPartition, found: int, why: str) -> None:
         """The partition's log is not the one our offsets refer to: forget them, tell the owner."""
