@@ -12,6 +12,9 @@ broker (tansu, loopback), fed by a paced producer of Reuters R8 documents.
   has no prediction yet): every document predicted, no record learned twice (the model
   learned at most the records the broker acknowledged), resets bounded and reported,
   nothing quarantined. Default: 1 cycle; slow: 5.
+* the broker restarts with nothing while the daemon is busy and the new log grows past the
+  daemon's offset before it reads again (with and without topic ids): every document of the
+  new log predicted, each learned once (the record before the offset is checked).
 * final snapshot on a full disk (a real ENOSPC on a tiny tmpfs when mounting is allowed, else
   the injected one): exit status 1, the group's offsets stay at the last good snapshot, and a
   restart with space again learns what was missing, exactly once.
@@ -318,9 +321,11 @@ def test_a_new_log_grown_past_our_offset_while_the_daemon_was_busy_is_read_whole
             got = set(_prediction_ids(b.bootstrap, "preds"))
             learned = int(d.model.state.docs_seen)
             resets = int(d.telemetry.metrics.partition_resets._value.get())
+            checks = int(d.session.consumer.rewinds)
         missing = want - got
         print(f"\nnew log past the offset ({'with' if topic_ids else 'without'} topic ids): "
-              f"{len(missing)} of {second} unpredicted, learned {learned} (of {first + second}), resets {resets}")
+              f"{len(missing)} of {second} unpredicted, learned {learned} (of {first + second}), resets {resets}, "
+              f"continuity checks after a lost connection {checks}")
         assert not missing, sorted(missing, key=ids.index)[:5]
         assert learned == first + second and resets >= 1
     finally:
