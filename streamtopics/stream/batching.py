@@ -16,8 +16,9 @@ to (recreated, or served by a broker that lost its data), even where it has grow
 with leader epochs (KIP-320); a record fingerprint needs no broker support.
 
 Records only need an ``offset`` (``value`` and ``timestamp`` for fingerprints); partitions any
-hashable key (the consumer uses kafka-python's ``TopicPartition``).  Every method takes ``lock`` (re-entrant: the consumer holds it around
-compound steps, and kafka-python's rebalance callbacks run on its IO thread).
+hashable key (the consumer uses kafka-python's ``TopicPartition``).  Every method takes
+``lock`` (re-entrant: the consumer holds it around compound steps, and kafka-python's
+rebalance callbacks run on its IO thread).
 """
 from __future__ import annotations
 
