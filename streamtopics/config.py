@@ -144,6 +144,10 @@ class KafkaConfig:
     fetch_max_wait_ms: int = opt(
         100, "Longest a fetch waits for data; bounds end-to-end latency on brokers that do not wake fetches.", ge=0
     )
+    metadata_max_age_ms: int = opt(
+        30000, "Cluster metadata is refreshed at least this often (kafka-python's default is 5 minutes): bounds how "
+               "long partitions added to the input topic, or a topic recreated by a broker that lost its data, stay "
+               "unread.", ge=1000)
     request_timeout_ms: int = opt(30000, "Client request timeout; must exceed fetch_max_wait_ms and stay below the 9-minute idle-connection limit.", ge=1, le=539999)
     compression_type: str = opt("zstd", "Producer compression.", choices=("none", "gzip", "snappy", "lz4", "zstd"))
     producer_linger_ms: int = opt(10, "Producer waits this long to fill a batch (throughput vs latency).", ge=0)
@@ -167,6 +171,7 @@ class KafkaConfig:
             "client_id": self.client_id,
             "security_protocol": self.security_protocol,
             "request_timeout_ms": self.request_timeout_ms,
+            "metadata_max_age_ms": self.metadata_max_age_ms,
         }
         if self.security_protocol in ("SSL", "SASL_SSL"):
             kw["ssl_check_hostname"] = self.ssl_check_hostname

@@ -246,6 +246,8 @@ def test_kafka_kwargs_plaintext_defaults():
         assert not any(key.startswith(("sasl_", "ssl_")) for key in kw)
     assert c["enable_auto_commit"] is False and c["auto_offset_reset"] == "earliest"
     assert c["group_id"] == "streamtopics" and c["session_timeout_ms"] == 10000 and c["fetch_max_wait_ms"] == 100
+    # metadata at most 30 s old (kafka-python: 5 min): new partitions of the input are read soon
+    assert c["metadata_max_age_ms"] == p["metadata_max_age_ms"] == 30000
     assert "value_deserializer" not in c and "value_serializer" not in p
     assert p["acks"] == "all" and p["enable_idempotence"] is False
     assert p["compression_type"] == "zstd" and p["linger_ms"] == 10 and p["batch_size"] == 262144
