@@ -374,11 +374,13 @@ def _outage_run(tmp_path: Path, cycles: int, outage_s: float, n: int, seed: int)
         for t in sorted(rng.uniform(0.1, 0.9) * stream_s for _ in range(cycles)):
             time.sleep(max(0.5, t / cycles))
             seen |= set(_prediction_ids(b.bootstrap, "preds"))
-            with lock:
-                before = list(sent)
             b.stop(grace_s=0)
-            marks.append(("stop", len(before)))
             time.sleep(outage_s)
+            with lock:
+                # Everything the old broker acknowledged, including a chunk whose acknowledgement
+                # raced the stop (taken before the stop, such a chunk was never sent again).
+                before = list(sent)
+            marks.append(("stop", len(before)))
             b.start()
             with lock:
                 marks.append(("start", len(sent)))
