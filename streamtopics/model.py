@@ -42,6 +42,10 @@ from .updates import MemoizedUpdate, classifier_decay
 
 ENGINES = ("lsparse", "alias")
 UPDATES = ("stochastic", "memoized")
+# alpha of a supervised model by default: the flat Dirichlet, the smallest concentration under
+# which the label-free local step does not annihilate a document's minor topics, which the
+# classifier reads (docs/supervised.md §9; the evidence-optimal alpha is ~1/K)
+SUPERVISED_ALPHA = 1.0
 SNAPSHOT_KIND = model_io.SNAPSHOT_KIND
 FIT_MAX_LAPS, FIT_TOL, FIT_BATCH_SIZE, FIT_SWEEPS = (fitting.FIT_MAX_LAPS, fitting.FIT_TOL, fitting.FIT_BATCH_SIZE,
                                                      fitting.FIT_SWEEPS)
@@ -73,8 +77,9 @@ class TopicModel:
     """LDA learned from a stream of minibatches, with one shared model state.
 
     n_topics : number of topics K.  alpha, beta : per-topic document-topic and topic-word
-    Dirichlet concentrations (alpha="auto": starts at 1/K, learned; beta=None: 1/K, one
-    pseudo-count per word over all topics whatever K; docs/defaults.md).  seed :
+    Dirichlet concentrations (alpha=None: "auto" without supervision, ``SUPERVISED_ALPHA`` = 1
+    with it; alpha="auto": starts at 1/K, learned; beta=None: 1/K, one pseudo-count per word over
+    all topics whatever K; docs/defaults.md, docs/supervised.md §9).  seed :
     seeds initialisation (and any sampling engine).  The slots take an option object of
     ``options`` or its name (the default object of that kind):
     engine = LSparse(...) "lsparse" (L-sparse variational) | AliasMH(...) "alias" (Alias-MH);
@@ -91,7 +96,7 @@ class TopicModel:
     ``get_params()`` lists them.
     """
 
-    def __init__(self, n_topics: int = 100, engine="lsparse", update="stochastic", alpha: float | str = "auto",
+    def __init__(self, n_topics: int = 100, engine="lsparse", update="stochastic", alpha: float | str | None = None,
                  beta: float | None = None, seed: int = 0, *, supervision=None, text=None, vocabulary=None,
                  init: str = "kmeans++", init_smoothing: float = 1.0, threads: int | None = None, **flat):
         _check_top(n_topics, alpha, beta, init, init_smoothing, threads)
@@ -155,9 +160,17 @@ class TopicModel:
         self.head = self.new_head()
         self.trends = PrevalenceTracker(self.n_topics)  # per-topic prevalence per learned batch
 
+    @property
+    def alpha_learned(self) -> bool:
+        """alpha is learned (empirical Bayes): "auto", which None means without supervision."""
+        return self.alpha == "auto" or (self.alpha is None and self.options.supervision is None)
+
     def _initial_alpha(self) -> float:
-        """alpha="auto" starts at 1/K (gensim's start) and is learned; a number is kept fixed."""
-        return 1.0 / self.n_topics if self.alpha == "auto" else float(self.alpha)
+        """A learned alpha starts at 1/K (gensim's start); a number is kept fixed; None with
+        supervision is ``SUPERVISED_ALPHA``, fixed (docs/supervised.md §9)."""
+        if self.alpha_learned:
+            return 1.0 / self.n_topics
+        return SUPERVISED_ALPHA if self.alpha is None else float(self.alpha)
 
     def new_head(self) -> SupervisedHead | None:
         """A fresh classifier for the supervision option (None without supervision)."""
@@ -295,7 +308,7 @@ class TopicModel:
         replica applying the update log). ``reborn``: topics reset first, their newborns in ``summary`` (births.py)."""
         reset_topics(self.state, reborn)
         info = self._apply(summary, objective, batch_key) | ({"births": list(reborn)} if len(reborn) else {})
-        if self.alpha == "auto":  # Newton steps on the stochastic schedule (the defaults' under a memoized update)
+        if self.alpha_learned:  # Newton steps on the stochastic schedule (the defaults' under a memoized update)
             u = self.options.update if isinstance(self.options.update, Stochastic) else Stochastic()
             rho = max(u.rho_min, (u.delay + self.state.n_updates + 1) ** -u.forgetting_rate)
             self.state.alpha = alpha_step(self.state.alpha, doc_topic, rho)
@@ -504,8 +517,8 @@ def _check_top(n_topics, alpha, beta, init, init_smoothing, threads) -> None:
 
     need(isinstance(n_topics, (int, np.integer)) and not isinstance(n_topics, bool) and n_topics >= 2,
          f"n_topics must be an integer >= 2 (got {n_topics!r})")
-    need(alpha == "auto" or (isinstance(alpha, (int, float, np.integer, np.floating)) and alpha > 0),
-         f"alpha must be > 0 or 'auto' (got {alpha!r})")
+    need(alpha is None or alpha == "auto" or (isinstance(alpha, (int, float, np.integer, np.floating)) and alpha > 0),
+         f"alpha must be > 0, 'auto' or None (got {alpha!r})")
     need(beta is None or (isinstance(beta, (int, float, np.integer, np.floating)) and beta > 0),
          f"beta must be > 0 or None (1/K) (got {beta!r})")
     need(init in INITS, f"init must be one of {INITS} (got {init!r})")

@@ -168,7 +168,7 @@ def model_from_config(m):
     from .model import TopicModel
 
     o = options(m)
-    return TopicModel(n_topics=m.n_topics, engine=o.engine, update=o.update, alpha=m.alpha or "auto", beta=m.beta or None,
+    return TopicModel(n_topics=m.n_topics, engine=o.engine, update=o.update, alpha=m.alpha or None, beta=m.beta or None,
                       seed=m.seed, supervision=o.supervision, text=o.text, vocabulary=o.vocabulary, init=m.init,
                       init_smoothing=m.init_smoothing, threads=m.threads or None)
 

@@ -145,12 +145,27 @@ def test_alpha_newton_step_finds_the_generating_concentration():
 def test_alpha_auto_is_learned_and_saved(tmp_path):
     phi, words, docs = _lda_corpus(np.random.default_rng(5), n_docs=400)
     m = _one_pass(docs)
-    assert m.alpha == "auto" and m.state.alpha != pytest.approx(1.0 / 8)
+    assert m.alpha is None and m.alpha_learned and m.state.alpha != pytest.approx(1.0 / 8)
     m.save(tmp_path / "m.stsnap")
     from streamtopics import load_snapshot
 
     m2 = load_snapshot(tmp_path / "m.stsnap")
-    assert m2.state.alpha == m.state.alpha and m2.alpha == "auto"
+    assert m2.state.alpha == m.state.alpha and m2.alpha_learned
+
+
+def test_a_supervised_model_keeps_alpha_at_one_unless_told():
+    """With supervision the default alpha is the flat Dirichlet, fixed (docs/supervised.md §9);
+    alpha="auto" still learns it, a number still fixes it."""
+    docs = [[f"w{(i * j) % 40}" for j in range(12)] for i in range(200)]
+    labels = ["a" if i % 2 else "b" for i in range(200)]
+    for alpha, learned in ((None, False), ("auto", True), (0.3, False)):
+        m = TopicModel(n_topics=5, seed=0, supervision="hinge", alpha=alpha)
+        start = m.state.alpha
+        assert m.alpha_learned is learned and start == {None: 1.0, "auto": 1.0 / 5, 0.3: 0.3}[alpha]
+        m.partial_fit(docs[:100], labels=labels[:100])
+        m.partial_fit(docs[100:], labels=labels[100:])
+        assert (m.state.alpha != start) is learned
+    assert TopicModel(n_topics=5).alpha_learned  # without supervision the default learns alpha
 
 
 def test_library_config_and_daemon_defaults_are_one():
