@@ -148,7 +148,8 @@ class TopicModel:
         o = self.options
         self.tokenizer = Tokenizer(o.text.min_word_len, o.text.max_word_len, o.text.stopwords, o.text.segmentation)
         self.vocab = Vocabulary(cap=o.vocabulary.cap, policy=o.vocabulary.policy, decay=o.vocabulary.decay)
-        self.state = ModelState(self.n_topics, self._initial_alpha(), 1.0 / self.n_topics if self.beta is None
+        self.state = ModelState(self.n_topics, initial_alpha(self.alpha, self.n_topics, o.supervision is not None)[0],
+                                1.0 / self.n_topics if self.beta is None
                                 else float(self.beta))
         # Alias seeds come from self.rng at call time (late binding: load_snapshot replaces self.rng).
         self.local_step = build_engine(o.engine, runner=lambda: ThreadRunner(self.threads),
@@ -163,14 +164,7 @@ class TopicModel:
     @property
     def alpha_learned(self) -> bool:
         """alpha is learned (empirical Bayes): "auto", which None means without supervision."""
-        return self.alpha == "auto" or (self.alpha is None and self.options.supervision is None)
-
-    def _initial_alpha(self) -> float:
-        """A learned alpha starts at 1/K (gensim's start); a number is kept fixed; None with
-        supervision is ``SUPERVISED_ALPHA``, fixed (docs/supervised.md §9)."""
-        if self.alpha_learned:
-            return 1.0 / self.n_topics
-        return SUPERVISED_ALPHA if self.alpha is None else float(self.alpha)
+        return initial_alpha(self.alpha, self.n_topics, self.options.supervision is not None)[1]
 
     def new_head(self) -> SupervisedHead | None:
         """A fresh classifier for the supervision option (None without supervision)."""
@@ -308,11 +302,8 @@ class TopicModel:
         replica applying the update log). ``reborn``: topics reset first, their newborns in ``summary`` (births.py)."""
         reset_topics(self.state, reborn)
         info = self._apply(summary, objective, batch_key) | ({"births": list(reborn)} if len(reborn) else {})
-        if self.alpha_learned:  # Newton steps on the stochastic schedule (the defaults' under a memoized update)
-            u = self.options.update if isinstance(self.options.update, Stochastic) else Stochastic()
-            rho = max(u.rho_min, (u.delay + self.state.n_updates + 1) ** -u.forgetting_rate)
-            self.state.alpha = alpha_step(self.state.alpha, doc_topic, rho)
-            info["alpha"] = self.state.alpha
+        if self.alpha_learned:
+            info["alpha"] = self.state.alpha = learned_alpha(self.options.update, self.state, doc_topic)
         self.state.docs_seen += n_docs
         self.state.tokens_seen += n_tokens
         self.state.n_updates += 1
@@ -350,18 +341,7 @@ class TopicModel:
 
     def check_docs_labels(self, docs, labels):
         """``docs`` as a list when ``labels`` come with them (one per document), else as given."""
-        if labels is None:
-            return docs
-        if self.head is None:
-            raise ValueError("labels given to a model without supervision (set supervision=...)")
-        if isinstance(labels, (str, bytes)) or not hasattr(labels, "__len__"):
-            raise TypeError("labels must be a sequence with one target per document")
-        if isinstance(docs, (str, bytes)):
-            raise TypeError("docs must be a sequence of documents (a list of str or of token lists), not one str")
-        docs = list(docs)
-        if len(labels) != len(docs):
-            raise ValueError(f"{len(labels)} labels for {len(docs)} documents")
-        return docs
+        return check_docs_labels(self.head, docs, labels)
 
     def fit(self, docs: Sequence, labels=None, *, n_iter: int | None = None, tol: float = FIT_TOL,
             batch_size: int = FIT_BATCH_SIZE, n_sweeps: int | None = None) -> "TopicModel":
@@ -506,6 +486,39 @@ def _step_stats(batch: Batch, result, info: dict, times: tuple) -> dict:
         "classifier_seconds": t3 - t2,
         **result.stats, **info,
     }
+
+
+def initial_alpha(alpha, n_topics: int, supervised: bool) -> tuple[float, bool]:
+    """(alpha to start from, whether it is learned): "auto" starts at 1/K (gensim's start) and
+    is learned, as None is without supervision; None with supervision is ``SUPERVISED_ALPHA``,
+    fixed (docs/supervised.md §9); a number is kept fixed."""
+    if alpha == "auto" or (alpha is None and not supervised):
+        return 1.0 / n_topics, True
+    return (SUPERVISED_ALPHA if alpha is None else float(alpha)), False
+
+
+def learned_alpha(update, state, doc_topic: np.ndarray) -> float:
+    """alpha after this batch's Newton step, on the stochastic schedule (the defaults' under a
+    memoized update)."""
+    u = update if isinstance(update, Stochastic) else Stochastic()
+    rho = max(u.rho_min, (u.delay + state.n_updates + 1) ** -u.forgetting_rate)
+    return alpha_step(state.alpha, doc_topic, rho)
+
+
+def check_docs_labels(head, docs, labels):
+    """``docs`` as a list when ``labels`` come with them (one per document), else as given."""
+    if labels is None:
+        return docs
+    if head is None:
+        raise ValueError("labels given to a model without supervision (set supervision=...)")
+    if isinstance(labels, (str, bytes)) or not hasattr(labels, "__len__"):
+        raise TypeError("labels must be a sequence with one target per document")
+    if isinstance(docs, (str, bytes)):
+        raise TypeError("docs must be a sequence of documents (a list of str or of token lists), not one str")
+    docs = list(docs)
+    if len(labels) != len(docs):
+        raise ValueError(f"{len(labels)} labels for {len(docs)} documents")
+    return docs
 
 
 def _check_top(n_topics, alpha, beta, init, init_smoothing, threads) -> None:
