@@ -251,7 +251,7 @@ class ModelConfig:
     n_topics: int = opt(_library_default("n_topics"), "Number of topics K.", ge=2, le=100000)
     sparsity: int = opt(_library_default("sparsity"), "Non-zero topics kept per document in the sparse local step (at most n_topics).", ge=1)
     update: str = opt("stochastic", "Global update: stochastic (decaying step) or memoized (exact over a window of batches).", choices=("stochastic", "memoized"))
-    alpha: float = opt(_library_default("alpha", 0.0), "Document-topic Dirichlet prior (per topic); 0 = the library's default: learned from the stream (empirical Bayes, docs/defaults.md), or 1 (fixed) with supervision (docs/supervised.md §9).", ge=0)
+    alpha: float = opt(_library_default("alpha", 0.0), "Document-topic Dirichlet prior (per topic); 0 = the library's default: learned from the stream (empirical Bayes, docs/defaults.md), or 1 (fixed) for a supervised model of the variational engine (docs/supervised.md §9).", ge=0)
     beta: float = opt(_library_default("beta", 0.0), "Topic-word Dirichlet prior (per topic); 0 = 1/n_topics, one pseudo-count per word over all topics (docs/defaults.md).", ge=0)
     seed: int = opt(0, "Random seed; same seed and input give the same model.", ge=0)
     delay: float = opt(_library_default("delay"), "Stochastic step rho_t = max(rho_min, (delay + t) ** -forgetting_rate): tau0.", ge=0)

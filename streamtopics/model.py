@@ -42,9 +42,10 @@ from .updates import MemoizedUpdate, classifier_decay
 
 ENGINES = ("lsparse", "alias")
 UPDATES = ("stochastic", "memoized")
-# alpha of a supervised model by default: the flat Dirichlet, the smallest concentration under
-# which the label-free local step does not annihilate a document's minor topics, which the
-# classifier reads (docs/supervised.md §9; the evidence-optimal alpha is ~1/K)
+# alpha of a supervised model of the variational engine by default: the flat Dirichlet, the
+# smallest concentration under which the mean-field local step does not annihilate a document's
+# minor topics, which the classifier reads (docs/supervised.md §9; the evidence-optimal alpha is
+# ~1/K). The sampler weighs topics by n_dk + alpha, linearly, and keeps the learned alpha.
 SUPERVISED_ALPHA = 1.0
 SNAPSHOT_KIND = model_io.SNAPSHOT_KIND
 FIT_MAX_LAPS, FIT_TOL, FIT_BATCH_SIZE, FIT_SWEEPS = (fitting.FIT_MAX_LAPS, fitting.FIT_TOL, fitting.FIT_BATCH_SIZE,
@@ -77,8 +78,8 @@ class TopicModel:
     """LDA learned from a stream of minibatches, with one shared model state.
 
     n_topics : number of topics K.  alpha, beta : per-topic document-topic and topic-word
-    Dirichlet concentrations (alpha=None: "auto" without supervision, ``SUPERVISED_ALPHA`` = 1
-    with it; alpha="auto": starts at 1/K, learned; beta=None: 1/K, one pseudo-count per word over
+    Dirichlet concentrations (alpha=None: "auto", except ``SUPERVISED_ALPHA`` = 1 for a supervised
+    model of the variational engine; alpha="auto": starts at 1/K, learned; beta=None: 1/K, one pseudo-count per word over
     all topics whatever K; docs/defaults.md, docs/supervised.md §9).  seed :
     seeds initialisation (and any sampling engine).  The slots take an option object of
     ``options`` or its name (the default object of that kind):
@@ -148,7 +149,7 @@ class TopicModel:
         o = self.options
         self.tokenizer = Tokenizer(o.text.min_word_len, o.text.max_word_len, o.text.stopwords, o.text.segmentation)
         self.vocab = Vocabulary(cap=o.vocabulary.cap, policy=o.vocabulary.policy, decay=o.vocabulary.decay)
-        self.state = ModelState(self.n_topics, initial_alpha(self.alpha, self.n_topics, o.supervision is not None)[0],
+        self.state = ModelState(self.n_topics, initial_alpha(self.alpha, self.n_topics, flat_alpha_default(o))[0],
                                 1.0 / self.n_topics if self.beta is None
                                 else float(self.beta))
         # Alias seeds come from self.rng at call time (late binding: load_snapshot replaces self.rng).
@@ -164,7 +165,7 @@ class TopicModel:
     @property
     def alpha_learned(self) -> bool:
         """alpha is learned (empirical Bayes): "auto", which None means without supervision."""
-        return initial_alpha(self.alpha, self.n_topics, self.options.supervision is not None)[1]
+        return initial_alpha(self.alpha, self.n_topics, flat_alpha_default(self.options))[1]
 
     def new_head(self) -> SupervisedHead | None:
         """A fresh classifier for the supervision option (None without supervision)."""
@@ -488,11 +489,16 @@ def _step_stats(batch: Batch, result, info: dict, times: tuple) -> dict:
     }
 
 
-def initial_alpha(alpha, n_topics: int, supervised: bool) -> tuple[float, bool]:
+def flat_alpha_default(options) -> bool:
+    """alpha=None means ``SUPERVISED_ALPHA``: a supervised model of the variational engine."""
+    return options.supervision is not None and options.engine.kind == "lsparse"
+
+
+def initial_alpha(alpha, n_topics: int, flat_default: bool) -> tuple[float, bool]:
     """(alpha to start from, whether it is learned): "auto" starts at 1/K (gensim's start) and
-    is learned, as None is without supervision; None with supervision is ``SUPERVISED_ALPHA``,
-    fixed (docs/supervised.md §9); a number is kept fixed."""
-    if alpha == "auto" or (alpha is None and not supervised):
+    is learned, as None is unless ``flat_default``; None with ``flat_default`` is
+    ``SUPERVISED_ALPHA``, fixed (docs/supervised.md §9); a number is kept fixed."""
+    if alpha == "auto" or (alpha is None and not flat_default):
         return 1.0 / n_topics, True
     return (SUPERVISED_ALPHA if alpha is None else float(alpha)), False
 

@@ -194,9 +194,7 @@ def test_fit_labels_none_entries_and_validation(binary):
 
 def test_streaming_supervised_alias_learns_labels_and_unsupervised_path_is_unchanged(binary):
     (tr, ytr), (te, yte) = binary
-    # alpha="auto": this test is about the kernel learning labels on a toy corpus drawn with a
-    # sparse alpha, as it was written; the supervised default alpha = 1 gives 0.79 here
-    m = TopicModel(n_topics=3, engine="alias", supervision="hinge", seed=0, sup_c=4.0, alpha="auto")
+    m = TopicModel(n_topics=3, engine="alias", supervision="hinge", seed=0, sup_c=4.0)
     for lap in range(3):
         for lo in range(0, 300, 50):
             labs = [y if (i + lo) % 5 else None for i, y in enumerate(ytr[lo:lo + 50])]

@@ -154,8 +154,8 @@ def test_alpha_auto_is_learned_and_saved(tmp_path):
 
 
 def test_a_supervised_model_keeps_alpha_at_one_unless_told():
-    """With supervision the default alpha is the flat Dirichlet, fixed (docs/supervised.md §9);
-    alpha="auto" still learns it, a number still fixes it."""
+    """With supervision the variational engine's default alpha is the flat Dirichlet, fixed
+    (docs/supervised.md §9); alpha="auto" still learns it, a number still fixes it."""
     docs = [[f"w{(i * j) % 40}" for j in range(12)] for i in range(200)]
     labels = ["a" if i % 2 else "b" for i in range(200)]
     for alpha, learned in ((None, False), ("auto", True), (0.3, False)):
@@ -166,6 +166,9 @@ def test_a_supervised_model_keeps_alpha_at_one_unless_told():
         m.partial_fit(docs[100:], labels=labels[100:])
         assert (m.state.alpha != start) is learned
     assert TopicModel(n_topics=5).alpha_learned  # without supervision the default learns alpha
+    # and so does the sampler's: it weighs topics by n_dk + alpha, linearly (no annihilation)
+    m = TopicModel(n_topics=5, engine="alias", supervision="hinge")
+    assert m.alpha_learned and m.state.alpha == 1.0 / 5
 
 
 def test_library_config_and_daemon_defaults_are_one():
