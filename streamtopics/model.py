@@ -79,8 +79,8 @@ class TopicModel:
 
     n_topics : number of topics K.  alpha, beta : per-topic document-topic and topic-word
     Dirichlet concentrations (alpha=None: "auto", except ``SUPERVISED_ALPHA`` = 1 for a supervised
-    model of the variational engine; alpha="auto": starts at 1/K, learned; beta=None: 1/K, one pseudo-count per word over
-    all topics whatever K; docs/defaults.md, docs/supervised.md §9).  seed :
+    model of the variational engine; alpha="auto": starts at 1/K, learned; beta=None: 1/K, one
+    pseudo-count per word over all topics whatever K; docs/defaults.md, docs/supervised.md §9).  seed :
     seeds initialisation (and any sampling engine).  The slots take an option object of
     ``options`` or its name (the default object of that kind):
     engine = LSparse(...) "lsparse" (L-sparse variational) | AliasMH(...) "alias" (Alias-MH);
@@ -164,7 +164,8 @@ class TopicModel:
 
     @property
     def alpha_learned(self) -> bool:
-        """alpha is learned (empirical Bayes): "auto", which None means without supervision."""
+        """alpha is learned (empirical Bayes): "auto", as None is except for a supervised model of
+        the variational engine (``flat_alpha_default``)."""
         return initial_alpha(self.alpha, self.n_topics, flat_alpha_default(self.options))[1]
 
     def new_head(self) -> SupervisedHead | None:
