@@ -310,6 +310,7 @@ class Daemon:
         self.telemetry.on_batch_started()
         now = time.time()
         span = Span.of(rb)
+        self.session.recheck_topics()  # after a log reset: the output topics exist before we publish
         rb = self.book.admit(rb, self.session.topic_id(rb.topic))
         if rb is None:  # nothing new in it (or the partition is quarantined)
             self._collect()
