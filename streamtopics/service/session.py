@@ -132,7 +132,7 @@ class KafkaSession:
         self.pipeline: PublishPipeline | None = None
         self._reader: threading.Thread | None = None
         self._topics_check_at = 0.0   # next check for topics a broker lost (create_topics)
-        self._recheck_topics = False  # a partition log was found reset: check the topics before publishing
+        self._resets_checked = 0      # consumer log resets whose lost topics were re-created
         self._seen: dict[str, int] = {}  # the clients' counters as last reported to telemetry
 
     # -- clients -------------------------------------------------------------------------
@@ -174,7 +174,7 @@ class KafkaSession:
                 self.consumer = BatchingConsumer(
                     self.consumer_kwargs(), cfg.topics.input, max_docs=cfg.batch.max_docs,
                     max_wait_ms=cfg.batch.max_wait_ms, decode=decode, start_offset=start_offset,
-                    on_assigned=on_assigned, on_revoked=on_revoked, on_reset=self._reset_seen(on_reset),
+                    on_assigned=on_assigned, on_revoked=on_revoked, on_reset=on_reset,
                     on_wait=self._gil_free.set, before_offset=before_offset)
                 self.consumer.start()
                 if self._reader is None:
@@ -260,35 +260,30 @@ class KafkaSession:
         if not (self.consumer is not None and self.consumer.connected()):
             return
         self._topics_check_at = now + 5.0
-        self._tick()
-        try:
-            self.ensure_topics(timeout_s=5.0)
-        except Exception as exc:  # noqa: BLE001 - broker away again: next time
-            log.info("topic check failed; retrying later", extra={"error": repr(exc)})
-        self._tick()
-
-    def _reset_seen(self, on_reset: Callable) -> Callable:
-        """``on_reset`` after noting that a partition log was found reset (a broker that lost its
-        data): ``recheck_topics`` runs before anything more is published."""
-        def seen(tp, expected, highwater):
-            self._recheck_topics = True
-            on_reset(tp, expected, highwater)
-        return seen
+        self._create_lost_topics()
 
     def recheck_topics(self) -> None:
-        """Create the topics a broker that lost its data no longer has, before anything is published
-        to them: tansu acknowledges records sent to a topic it does not have, and they are lost
-        (measured: 20 of 20 acknowledged, none readable; Kafka refuses them as retriable instead)."""
-        if not self._recheck_topics or not self.cfg.kafka.create_topics:
+        """After the consumer found a partition log reset (a broker that lost its data), create the
+        topics it no longer has before anything is published to them: tansu acknowledges records
+        sent to a topic it does not have, and they are lost (measured: 20 of 20 acknowledged, none
+        readable; Kafka refuses them as retriable instead). Retried at the next batch on failure."""
+        resets = getattr(self.consumer, "resets", 0)
+        if resets == self._resets_checked or not self.cfg.kafka.create_topics:
             return
-        self._recheck_topics = False
+        if self._create_lost_topics():
+            self._resets_checked = resets
+
+    def _create_lost_topics(self) -> bool:
+        """``ensure_topics`` now, with the watchdog fed around it; False when it failed."""
         self._tick()
         try:
             self.ensure_topics(timeout_s=5.0)
-        except Exception as exc:  # noqa: BLE001 - broker away again: at the next batch
-            self._recheck_topics = True
-            log.info("topic check failed; retrying at the next batch", extra={"error": repr(exc)})
-        self._tick()
+            return True
+        except Exception as exc:  # noqa: BLE001 - broker away again: next time
+            log.info("topic check failed; retrying later", extra={"error": repr(exc)})
+            return False
+        finally:
+            self._tick()
 
     def topic_id(self, topic: str) -> str | None:
         return self.consumer.topic_id(topic) if self.consumer is not None else None

@@ -144,15 +144,14 @@ class PartitionBuffers:
             st = self._parts[tp]
             if st.verify is None or not records:
                 return None
-            for r in records:
-                if r.offset < st.expected:
-                    continue  # stale fetch from before a seek
-                if r.offset == st.expected and record_print(r) != st.verify:
-                    return r.offset
-                if r.offset == st.expected:
-                    st.expected = r.offset + 1
-                st.verify = None
+            r = next((r for r in records if r.offset >= st.expected), None)  # earlier: a stale fetch
+            if r is None:
                 return None
+            if r.offset == st.expected:
+                if record_print(r) != st.verify:
+                    return r.offset
+                st.expected = r.offset + 1
+            st.verify = None
             return None
 
     def revoke(self, tp: Hashable) -> None:
