@@ -44,6 +44,7 @@ from typing import Any
 
 from . import model_config
 from .model_config import model_from_config, param_differences
+from .options import SUP_FEATURES
 
 if typing.TYPE_CHECKING:
     from streamtopics.model import TopicModel
@@ -279,7 +280,7 @@ class ModelConfig:
     sup_burn_in: int = opt(-1, "Classifier sweeps discarded before averaging; -1 = half of sup_sweeps.", ge=-1)
     sup_pg_method: str = opt(_library_default("sup_pg_method"), "Logistic loss: Polya-Gamma sampler, exact, gamma_sum (approximate, cost free of c) or auto (exact for c <= 8).", choices=("auto", "exact", "gamma_sum", "devroye"))
     sup_max_labels: int = opt(0, "Cap of the label vocabulary (labels past it are errors); 0 = unbounded.", ge=0)
-    sup_features: str = opt(_library_default("sup_features"), "Topic proportions that train the classifier: unsupervised (the label-free local step, as at prediction time) or supervised.", choices=("unsupervised", "supervised"))
+    sup_features: str = opt(_library_default("sup_features", none_as="auto"), "Topic proportions the classifier learns from and predicts with: auto (mean-field for the alias engine, else unsupervised), unsupervised (the engine's label-free local step), mean-field (the variational label-free step at the flat supervised alpha) or supervised (training only).", choices=SUP_FEATURES)
     sup_local: bool = opt(_library_default("sup_local"), "Include the label term in the variational local step of labelled batches.")
     prequential_window: int = opt(1000, "Labelled documents over which the prequential accuracy metric is computed.", ge=1)
     max_local_iters: int = opt(_library_default("max_iter"), "Upper bound on local-step iterations per document.", ge=1)

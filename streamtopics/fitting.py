@@ -120,16 +120,17 @@ def fit_sweeps(model, docs, labels, n_sweeps: int, tol: float = FIT_TOL):
                                        targets=targets, eta_sweeps=1, **rule)
     stats["converged"] = bool(rule) and stats["sweeps"] < int(n_sweeps)
     sup = model.options.supervision
-    if sup.features == "unsupervised":
+    if model.features != "supervised":
         # Refit eta on test-time features: theta of each training document from the
-        # label-free local step with the learned topics, warm-started at the chain's eta.
+        # label-free step the classifier reads (``features``; mean-field by default) with the
+        # learned topics, warm-started at the chain's eta.
         t1 = time.perf_counter()
         chain = model.head
         head = model.new_head()
         head.calibrate(doc_lengths(batch), head.encode_targets(labels, grow=True))
         head.eta[:] = chain.eta
         head.n_calls = chain.n_calls
-        zbar = model.infer_counts(batch, normalise_rows)
+        zbar = normalise_rows(model.feature_counts(batch))
         head.update(zbar, labels, n_sweeps=int(sup.sweeps))  # warm start: the head's own sweeps per call (§5.4)
         model.head = head
         stats["refit_seconds"] = time.perf_counter() - t1

@@ -28,6 +28,7 @@ from .births import births_for, reset_topics
 from .batch_ops import chunks, doc_lengths, infer_in_chunks, normalise_rows, slice_batch, tokenize_docs
 from .components import build_engine, build_update
 from .evaluate import heldout_loglik_arrays
+from .features import feature_step, resolve_features
 from .hyper import alpha_step
 from .options import FLAT, INITS, ModelOptions, Stochastic, flat_params
 from .parallel import ThreadRunner, resolve_threads
@@ -155,6 +156,8 @@ class TopicModel:
         # Alias seeds come from self.rng at call time (late binding: load_snapshot replaces self.rng).
         self.local_step = build_engine(o.engine, runner=lambda: ThreadRunner(self.threads),
                                        seed_source=lambda: int(self.rng.integers(1 << 62)))
+        self.features = resolve_features(o)  # the classifier's features (features.py)
+        self.feature_step = feature_step(self.features, o.engine, SUPERVISED_ALPHA, lambda: ThreadRunner(self.threads))
         self.updater = build_update(o.update)
         self.rng = np.random.default_rng(self.seed)
         self.auto_key = 0
@@ -182,10 +185,11 @@ class TopicModel:
         """Change the number of threads (None or 0: the available cores); results do not depend on it."""
         resolve_threads(threads)
         self.threads = threads
-        old = getattr(self.local_step, "runner", None)
-        if old is not None:
-            old.close()
-            self.local_step.runner = ThreadRunner(threads)
+        for step in (self.local_step, self.feature_step):
+            old = getattr(step, "runner", None)
+            if old is not None:
+                old.close()
+                step.runner = ThreadRunner(threads)
 
     # -- documents --------------------------------------------------------------------
     def tokenize(self, docs: Sequence, start: int = 0) -> list[list[str]]:
@@ -238,7 +242,7 @@ class TopicModel:
             self.initialize(batch)
         sup_step = learn and labels is not None and batch.n_docs > 0
         label_names = self.label_names
-        result, pre, scores, predicted = self.local_steps(batch, labels if sup_step else None, learn)
+        result, pre, feats, scores, predicted = self.local_steps(batch, labels if sup_step else None, learn)
         t1 = time.perf_counter()
         info: dict = {}
         if learn and batch.n_docs > 0:
@@ -250,7 +254,7 @@ class TopicModel:
         t2 = time.perf_counter()
         sup_counts = None
         if sup_step:
-            feats = pre.doc_topic if self.options.supervision.features == "unsupervised" else result.doc_topic
+            feats = result.doc_topic if self.features == "supervised" else feats
             # head_key (fit's stochastic laps): a revisited batch replaces its classifier statistics
             info["supervised"] = self.head.update(normalise_rows(feats), labels,
                                                   batch_key=batch_key if batch_key is not None else head_key,
@@ -277,26 +281,31 @@ class TopicModel:
         return None if all(is_missing(t) for t in labels) else labels
 
     def local_steps(self, batch: Batch, labels=None, learn: bool = True, head: SupervisedHead | None = None):
-        """(learning result, label-free result, scores, predictions) of the local step(s) against
-        the topics as they are. Only ``head`` changes (default the model's classifier: it calibrates
-        its constants and learns new labels here; a replica computing a record passes a fork)."""
+        """(learning result, label-free result, classifier features, scores, predictions) of the
+        local step(s) against the topics as they are; the features are expected topic counts
+        (``feature_counts``; the label-free result's where the classifier needs none). Only ``head``
+        changes (default the model's classifier: it calibrates its constants and learns new labels
+        here; a replica computing a record passes a fork)."""
         head = self.head if head is None else head
-        if labels is not None and self.options.supervision.local:
-            # prequential: the label-free local step gives the predictions and the returned theta
-            pre = self.local_step.infer(self.state, batch, summarize=False)
-            scores, predicted = predict_from(head, pre.doc_topic)
+        sup_local = labels is not None and self.options.supervision.local
+        # prequential: the label-free local step gives the predictions and the returned theta (without
+        # labels, or with local=False, it is the learning step too)
+        result = pre = self.local_step.infer(self.state, batch, summarize=(learn or labels is not None) and not sup_local)
+        needed = labels is not None or (head is not None and head.n_updates > 0 and head.n_labels > 0)
+        feats = self.feature_counts(batch, pre) if needed else pre.doc_topic
+        scores, predicted = predict_from(head, feats)
+        if labels is not None:
             targets = head.encode_targets(labels, grow=True)
             head.calibrate(doc_lengths(batch), targets)  # self-scaling constants see this batch first
-            result = self.local_step.infer(self.state, batch, summarize=True, head=head, targets=targets)
-        elif labels is not None:
-            # local=False: the label-free step is both the prediction and the learning step
-            result = pre = self.local_step.infer(self.state, batch, summarize=True)
-            scores, predicted = predict_from(head, pre.doc_topic)
-            head.calibrate(doc_lengths(batch), head.encode_targets(labels, grow=True))
-        else:
-            result = pre = self.local_step.infer(self.state, batch, summarize=learn)
-            scores, predicted = predict_from(head, pre.doc_topic)
-        return result, pre, scores, predicted
+            if sup_local:
+                result = self.local_step.infer(self.state, batch, summarize=True, head=head, targets=targets)
+        return result, pre, feats, scores, predicted
+
+    def feature_counts(self, batch: Batch, pre=None) -> np.ndarray:
+        """(D, K) topic counts the classifier reads (``features``; ``pre``: the label-free result, if computed)."""
+        if self.feature_step is not None:
+            return self.feature_step.counts(self.state, batch)
+        return pre.doc_topic if pre is not None else self.infer_counts(batch)
 
     def learn(self, summary: Summary, objective: float | None, doc_topic: np.ndarray, n_docs: int, n_tokens: int,
               batch_key=None, reborn=()) -> dict:
@@ -401,8 +410,10 @@ class TopicModel:
         return list(self.head.labels.labels)
 
     def zbar_docs(self, docs: Sequence) -> np.ndarray:
-        """Topic proportions of new documents from the unsupervised local step (the classifier's features)."""
-        return self.infer_docs(docs, normalise_rows)
+        """Topic proportions of new documents from the label-free step the classifier reads (``features``)."""
+        return infer_in_chunks(self.tokenize, lambda t: self.prepare(t, grow=False),
+                               lambda b: normalise_rows(self.feature_counts(b)), docs, self.n_topics,
+                               resolve_threads(self.threads) > 1)
 
     def _need_head(self) -> SupervisedHead:
         if self.head is None:

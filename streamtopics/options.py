@@ -30,7 +30,7 @@ from .supervised.classifier import PG_CHOICES
 from .text import SEGMENTATIONS
 from .text import Vocabulary as _VocabularyStore
 
-SUP_FEATURES = ("unsupervised", "supervised")
+SUP_FEATURES = ("auto", "unsupervised", "supervised", "mean-field")  # what each means: features.py
 INITS = ("kmeans++", "random")
 VOCAB_POLICIES = _VocabularyStore.POLICIES
 
@@ -263,8 +263,10 @@ class Supervision(_Option):
     posterior; None = the topics' own, 1 - rho_t of the stochastic update that batch made, and 1
     under the memoized update: docs/supervised.md "The classifier forgets at the topics' rate"); ``sweeps`` / ``burn_in``: Gibbs sweeps of the classifier per labelled batch and
     those discarded (None: half); ``max_labels``: cap of the label vocabulary (None: unbounded);
-    ``features``: "unsupervised" (the label-free local step, as at prediction time) or
-    "supervised" topic proportions train the classifier; ``local``: whether the variational
+    ``features``: the topic proportions the classifier learns from and predicts with (``features``
+    module): "auto" (mean-field for the sampling engine, else unsupervised), "unsupervised" (the
+    engine's label-free local step), "mean-field" (the variational label-free step at the flat
+    supervised alpha) or "supervised" (training on the supervised step's proportions); ``local``: whether the variational
     local step of a labelled batch includes the label term."""
 
     c: float | None = None
@@ -273,7 +275,7 @@ class Supervision(_Option):
     sweeps: int = 10
     burn_in: int | None = None
     max_labels: int | None = None
-    features: str = "unsupervised"
+    features: str = "auto"
     local: bool = True
 
     RULES: ClassVar[dict] = _SUP_RULES

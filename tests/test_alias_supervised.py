@@ -19,7 +19,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from streamtopics.engines import alias_supervised as sup  # noqa: E402
 from streamtopics.engines.alias import AliasEngine, SamplerArrays  # noqa: E402
+from streamtopics.batch_ops import normalise_rows  # noqa: E402
 from streamtopics.engines.alias_core import S_EXP_DOCS, S_EXP_PROP  # noqa: E402
+from streamtopics.engines.lsparse import LSparseEngine  # noqa: E402
 from streamtopics.model import TopicModel, load_snapshot  # noqa: E402
 from test_alias import chi2_pvalue  # noqa: E402
 from test_supervised_var_binary import logistic_regression  # noqa: E402
@@ -179,6 +181,24 @@ def test_supervised_fit_is_deterministic_and_snapshots_predict_identically(binar
     d = fit(3, sup_features="supervised")
     assert "refit_seconds" not in d.last_stats and "refit_seconds" in a.last_stats
     assert np.array_equal(d.topic_word(), a.topic_word()) and not np.allclose(d.head.eta_mean, a.head.eta_mean)
+
+
+def test_the_classifier_reads_mean_field_features_of_the_alias_topics_by_default(binary):
+    """sup_features="auto" on the sampler means "mean-field": fit's refit and predict use the
+    variational label-free step at alpha = 1 on the Alias-MH topics (docs/supervised.md §10), so
+    prediction draws nothing; "unsupervised" keeps the sampler's own (drawn) features."""
+    (tr, ytr), (te, _) = binary
+    fit = lambda **kw: TopicModel(n_topics=3, engine="alias", supervision="hinge", seed=0,  # noqa: E731
+                                  **kw).fit(tr[:150], labels=ytr[:150], n_sweeps=10)
+    m, u = fit(), fit(sup_features="unsupervised")
+    assert (m.features, u.features) == ("mean-field", "unsupervised") and u.feature_step is None
+    assert np.array_equal(m.topic_word(), u.topic_word())  # same chain: only the classifier's features differ
+    batch = m.prepare(m.tokenize(te[:40]), grow=False)
+    mean_field = LSparseEngine().infer(m.state, batch, summarize=False, alpha=1.0).doc_topic
+    assert np.allclose(m.predict_scores(te[:40]), m.head.scores(normalise_rows(mean_field)))
+    assert np.array_equal(m.predict_scores(te[:40]), m.predict_scores(te[:40]))
+    assert not np.array_equal(u.predict_scores(te[:40]), u.predict_scores(te[:40]))  # each call samples
+    assert TopicModel(n_topics=3, supervision="hinge").features == "unsupervised"  # variational: its own step
 
 
 def test_fit_labels_none_entries_and_validation(binary):

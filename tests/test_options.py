@@ -138,7 +138,7 @@ def test_config_tables_and_flat_keys_make_the_same_model():
     shown = by_table.to_dict()["model"]
     assert shown["engine"]["kind"] == "alias" and shown["engine"]["burn_in"] == 3 and "sparsity" not in shown["engine"]
     assert shown["supervision"] == {"kind": "regression", "c": 2.0, "prior_var": 0.0, "decay": 0.0, "sweeps": 6,
-                                    "burn_in": -1, "max_labels": 0, "features": "unsupervised", "local": False,
+                                    "burn_in": -1, "max_labels": 0, "features": "auto", "local": False,
                                     "epsilon": 0.1}
     # the printed tables load back to the same configuration
     assert Config.from_dict({"model": shown}) == by_table

@@ -816,11 +816,14 @@ class LSparseEngine:
         if self.recent_words is not None:
             state.read_ahead(self.recent_words, self.runner)
 
-    def infer(self, state, batch, summarize: bool = True, head=None, targets=None) -> LocalResult:
+    def infer(self, state, batch, summarize: bool = True, head=None, targets=None,
+              alpha: float | None = None) -> LocalResult:
         """Local step on ``batch``.  With ``head`` (a SupervisedHead) and ``targets`` (its
         ``Targets`` for this batch) labelled documents get the label term in their weights
         (module docstring); ``result.sup_rho`` / ``result.sup_kappa`` (D, n_labels) hold the
-        final expected augmentation.  Without them the result is the unsupervised step's, bit for bit."""
+        final expected augmentation.  Without them the result is the unsupervised step's, bit for bit.
+        ``alpha``: the document Dirichlet to use instead of ``state.alpha`` (the classifier's
+        mean-field features, ``features.MeanFieldFeatures``)."""
         runner = self.runner
         C = state.expected_log_phi(batch.uniq, runner=runner)
         sup = head is not None and targets is not None and head.n_labels > 0
@@ -839,7 +842,8 @@ class LSparseEngine:
             Y = np.zeros((0, 0))
             M = np.zeros((0, 0), dtype=np.uint8)
             loss, c, ell, sup_eps = 0, 1.0, 0.0, 0.0
-        out = run_lsparse(runner, C, batch.doc_ptr, batch.local, batch.counts, float(state.alpha), int(self.sparsity),
+        alpha = float(state.alpha if alpha is None else alpha)
+        out = run_lsparse(runner, C, batch.doc_ptr, batch.local, batch.counts, alpha, int(self.sparsity),
                           int(self.max_iter), float(self.tol), float(self.active_eps), int(self.restart_trials),
                           int(self.restart_iters), sup, E, V, Y, M, loss, c, ell, sup_eps, float(self.sup_damping),
                           common_entries(state.common_log_phi()))

@@ -10,8 +10,8 @@ included: the source range is checked against the replicated ledger (a range lea
 is skipped, on every replica alike), new words join the vocabulary in record order
 (``Vocabulary.add_batch``, so ids are a function of the log prefix), and ``TopicModel.learn``
 runs the global update. A supervised model's record also carries the batch's targets, its
-documents' lengths and the classifier's features (the label-free document-topic counts, or the
-supervised step's under ``features="supervised"``): applying it calibrates and updates the
+documents' lengths and the classifier's features when they are not the label-free document-topic
+counts (the mean-field step's, or the supervised step's under ``features="supervised"``): applying it calibrates and updates the
 classifier exactly as ``TopicModel.process`` does, its draws seeded by the head's own call
 counter, itself a function of the log prefix. A record computed against a model with no topics yet carries the
 batch's tokens instead (``kind="batch"``): applying it seeds the topics and runs the whole
@@ -106,8 +106,8 @@ class UpdateRecord:
     doc_topics: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
     doc_values: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
     # supervised models: targets per document (None: unlabelled), the documents' token counts
-    # (the classifier's self-scaling constants), the supervised step's document-topic counts
-    # (only under features="supervised": the classifier learns from them instead of doc_*)
+    # (the classifier's self-scaling constants), the classifier's features where they are not
+    # doc_* (features "mean-field" or "supervised": the classifier learns from them instead)
     targets: list | None = None
     doc_len: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))
     sup_ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
@@ -442,7 +442,7 @@ class Replica:
         try:
             head = None if model.head is None else fork_head(model.head)
             with kernels():
-                local, pre, scores, predicted = model.local_steps(batch, targets, learn=True, head=head)
+                local, pre, feats, scores, predicted = model.local_steps(batch, targets, learn=True, head=head)
             check_finite(local.summary, pre.doc_topic)  # no NaN reaches the log (every replica would apply it)
             out = Computed(model.theta(pre.doc_topic, model.state.alpha), scores, predicted,
                            label_names if scores is not None else [])
@@ -465,8 +465,9 @@ class Replica:
                            writer=self.writer, claim=self.claims.get(source.key, -1), reborn=reborn)
         if targets is not None:
             rec.targets, rec.doc_len = targets, doc_lengths(batch).astype(np.float64)
-            if model.options.supervision.features == "supervised" and local is not pre:
-                rec.sup_ptr, rec.sup_topics, rec.sup_values = _sparse_rows(local.doc_topic)
+            feats = local.doc_topic if model.features == "supervised" else feats
+            if feats is not pre.doc_topic:  # the classifier reads other counts than doc_*
+                rec.sup_ptr, rec.sup_topics, rec.sup_values = _sparse_rows(feats)
         return rec, out
 
     def _targets(self, tokens: list, labels: list | None) -> list | None:
