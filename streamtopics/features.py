@@ -1,7 +1,7 @@
 """The classifier's features: which label-free local step computes the topic proportions that a
 supervised model's classifier learns from and predicts with (docs/supervised.md §10).
 
-``sup_features`` (``options.Supervision.features``):
+``sup_features`` (``options.Supervision.features``, validated against ``options.SUP_FEATURES``):
 
 * ``"unsupervised"``: the engine's own label-free local step (the one ``transform`` runs);
 * ``"mean-field"``: the variational label-free local step, at the flat alpha of a supervised
@@ -22,9 +22,7 @@ import numpy as np
 
 from .batch_ops import chunks, slice_batch
 from .components import build_engine
-from .options import SUP_FEATURES, LSparse
-
-FEATURE_CHOICES = SUP_FEATURES  # the values of ``sup_features`` (options validates them)
+from .options import LSparse
 
 
 def resolve_features(options) -> str:
@@ -41,8 +39,9 @@ def resolve_features(options) -> str:
 class MeanFieldFeatures:
     """The variational label-free local step at a fixed alpha, for the classifier's features.
 
-    ``options``: the model's ``LSparse`` engine options, or None for the engine's defaults (a
-    sampling model); ``runner``: makes the thread runner (the model's thread count)."""
+    ``options``: the model's engine options (its ``LSparse`` settings are used; a sampling
+    model's features get LSparse's defaults); ``runner``: makes the thread runner (the model's
+    thread count)."""
 
     def __init__(self, options: LSparse | None, alpha: float, runner):
         self.alpha = float(alpha)

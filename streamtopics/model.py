@@ -281,16 +281,15 @@ class TopicModel:
         return None if all(is_missing(t) for t in labels) else labels
 
     def local_steps(self, batch: Batch, labels=None, learn: bool = True, head: SupervisedHead | None = None):
-        """(learning result, label-free result, classifier features, scores, predictions) of the
-        local step(s) against the topics as they are; the features are expected topic counts
-        (``feature_counts``; the label-free result's where the classifier needs none). Only ``head``
-        changes (default the model's classifier: it calibrates its constants and learns new labels
-        here; a replica computing a record passes a fork)."""
+        """(learning result, label-free result, classifier features (``feature_counts``), scores,
+        predictions) of the local step(s) against the topics as they are. Only ``head`` changes (default
+        the model's classifier: it calibrates and learns new labels here; a replica passes a fork)."""
         head = self.head if head is None else head
         sup_local = labels is not None and self.options.supervision.local
         # prequential: the label-free local step gives the predictions and the returned theta (without
         # labels, or with local=False, it is the learning step too)
-        result = pre = self.local_step.infer(self.state, batch, summarize=(learn or labels is not None) and not sup_local)
+        learns = (learn or labels is not None) and not sup_local
+        result = pre = self.local_step.infer(self.state, batch, summarize=learns)
         needed = labels is not None or (head is not None and head.n_updates > 0 and head.n_labels > 0)
         feats = self.feature_counts(batch, pre) if needed else pre.doc_topic
         scores, predicted = predict_from(head, feats)
