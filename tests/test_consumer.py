@@ -7,7 +7,7 @@ import uuid
 
 import msgpack
 
-from streamtopics.stream.consumer import BatchingConsumer
+from streamtopics.stream.consumer import BatchingConsumer, group_view
 
 from test_daemon import _produce  # noqa: E402 - tests/ is on sys.path
 
@@ -59,6 +59,10 @@ def test_records_dropped_at_revocation_are_read_again_when_the_partition_comes_b
             if first is not None:
                 break
         assert first is not None and first.decoded == list(range(10)) and c.buffered() == 20
+        # what the member knew at its assignment (logged as "group assignment"): the only member
+        # computed it, from metadata listing the topic's one partition
+        view = group_view(c)
+        assert view["leader"] is True and view["topic_partitions"] == [0] and view["generation"] >= 0, view
         tp = c.assignment()[0]
         c._on_revoked([tp], lost=False)     # buffered 10..29 dropped; the client's position is 30
         c._on_assigned([tp])                # the owner has no offset for it (start_offset -> None)

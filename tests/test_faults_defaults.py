@@ -247,7 +247,8 @@ def _where_missing(bootstrap: str, missing: set, sent: list, marks: list, proc: 
         key = str(held[i][0]) if i in held else "not held"
         by_part.setdefault(key, []).append(held.get(i, (None, None))[1])
     keep = ("partition", "reset", "assign", "revok", "topic", "rebalanc", "offset")
-    events = [{k: e.get(k) for k in ("msg", "partition", "offset", "reason", "partitions") if k in e}
+    events = [{k: e.get(k) for k in ("msg", "partition", "offset", "reason", "partitions", "generation", "leader",
+                                     "topic_partitions") if k in e}
               for e in proc.logs() if any(w in str(e.get("msg", "")).lower() for w in keep)]
     return {"partitions_held": {k: [len(v), min(o for o in v if o is not None) if any(o is not None for o in v)
                                     else None] for k, v in by_part.items()},

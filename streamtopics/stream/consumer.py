@@ -342,9 +342,9 @@ class BatchingConsumer:
                 off = self._buffers.assign(tp, None if start is None else int(start), before)
                 if off is not None:
                     self._consumer.seek(tp, int(off))
-                log.info("partition assigned", extra={
-                    "topic": tp.topic, "partition": tp.partition,
-                    "start": off if off is not None else "committed offset, else earliest"})
+                log.info("partition assigned", extra={"topic": tp.topic, "partition": tp.partition, "start": (
+                    off if off is not None else "committed offset, else earliest")})
+        log.info("group assignment", extra={"partitions": [tp.partition for tp in tps], **group_view(self)})
         self._on_assigned_cb(tps)
 
     def _on_revoked(self, revoked, lost: bool) -> None:
@@ -597,3 +597,25 @@ class BatchingConsumer:
             log.warning("offset commit failed", extra={"error": repr(exc), "offsets": {
                 f"{tp.topic}:{tp.partition}": off for tp, off in offsets.items()}})
             return False
+
+
+def group_view(consumer: BatchingConsumer) -> dict:
+    """What ``consumer``'s group member knew when it was assigned partitions: the generation,
+    whether it computed the assignment (the leader), and the partitions its metadata lists for
+    the topic. Logged with each assignment ("group assignment"): one missing partitions of the
+    topic then shows whether the metadata or the group was behind. Empty where kafka-python's
+    internals differ; never blocks."""
+    view: dict = {}
+    client = consumer._consumer
+    try:
+        coord = client._coordinator
+        view["generation"] = int(coord._generation.generation_id)
+        view["leader"] = bool(getattr(coord, "_is_leader", False))
+    except Exception:  # noqa: BLE001 - kafka-python internals; absent -> not reported
+        pass
+    try:
+        known = client._client.cluster.partitions_for_topic(consumer.topic)
+        view["topic_partitions"] = sorted(known) if known is not None else None
+    except Exception:  # noqa: BLE001
+        pass
+    return view
