@@ -405,7 +405,12 @@ def _outage_run(tmp_path: Path, cycles: int, outage_s: float, n: int, seed: int)
                 break
             time.sleep(2.0)
         s = _samples(url)
-        ready = _get(url + "/readyz")
+        # Ready again within a minute: the daemon is not ready while it rebalances, and it does after
+        # a broker restart when its metadata catches up with the recreated topic (seen 10-17 s later).
+        ready, deadline = _get(url + "/readyz"), time.monotonic() + 60
+        while ready[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            ready = _get(url + "/readyz")
         rc = proc.finish(signal.SIGTERM)
         final = load_snapshot(_stopped(proc)["last_snapshot"])
         resets = int(s[("streamtopics_partition_resets_total", ())])
