@@ -33,7 +33,13 @@ def resolve_features(options) -> str:
         return "unsupervised"
     if sup.features != "auto":
         return sup.features
-    return "mean-field" if options.engine.kind == "alias" else "unsupervised"
+    return "unsupervised" if options.engine.kind == "lsparse" else "mean-field"
+
+
+def training_counts(features: str, learning, label_free: np.ndarray) -> np.ndarray:
+    """The expected topic counts a labelled batch trains the classifier on: the supervised local
+    step's (``learning``, its result) under "supervised", else the ``label_free`` features."""
+    return learning.doc_topic if features == "supervised" else label_free
 
 
 class MeanFieldFeatures:

@@ -28,7 +28,7 @@ from .births import births_for, reset_topics
 from .batch_ops import chunks, doc_lengths, infer_in_chunks, normalise_rows, slice_batch, tokenize_docs
 from .components import build_engine, build_update
 from .evaluate import heldout_loglik_arrays
-from .features import feature_step, resolve_features
+from .features import feature_step, resolve_features, training_counts
 from .hyper import alpha_step
 from .options import FLAT, INITS, ModelOptions, Stochastic, flat_params
 from .parallel import ThreadRunner, resolve_threads
@@ -254,7 +254,7 @@ class TopicModel:
         t2 = time.perf_counter()
         sup_counts = None
         if sup_step:
-            feats = result.doc_topic if self.features == "supervised" else feats
+            feats = training_counts(self.features, result, feats)
             # head_key (fit's stochastic laps): a revisited batch replaces its classifier statistics
             info["supervised"] = self.head.update(normalise_rows(feats), labels,
                                                   batch_key=batch_key if batch_key is not None else head_key,
@@ -290,7 +290,7 @@ class TopicModel:
         # labels, or with local=False, it is the learning step too)
         learns = (learn or labels is not None) and not sup_local
         result = pre = self.local_step.infer(self.state, batch, summarize=learns)
-        needed = labels is not None or (head is not None and head.n_updates > 0 and head.n_labels > 0)
+        needed = labels is not None or head_trained(head)
         feats = self.feature_counts(batch, pre) if needed else pre.doc_topic
         scores, predicted = predict_from(head, feats)
         if labels is not None:
@@ -478,10 +478,15 @@ class TopicModel:
 
 def predict_from(head: SupervisedHead | None, doc_topic: np.ndarray):
     """(scores, predictions) of a classifier on expected topic counts; (None, None) when untrained."""
-    if head is None or head.n_updates == 0 or head.n_labels == 0:
+    if not head_trained(head):
         return None, None
     Z = normalise_rows(doc_topic)
     return head.scores(Z), head.predict(Z)
+
+
+def head_trained(head: SupervisedHead | None) -> bool:
+    """The classifier exists and has learned at least one label (it can predict)."""
+    return head is not None and head.n_updates > 0 and head.n_labels > 0
 
 
 def _step_stats(batch: Batch, result, info: dict, times: tuple) -> dict:

@@ -266,8 +266,8 @@ class Supervision(_Option):
     ``features``: the topic proportions the classifier learns from and predicts with (``features``
     module): "auto" (mean-field for the sampling engine, else unsupervised), "unsupervised" (the
     engine's label-free local step), "mean-field" (the variational label-free step at the flat
-    supervised alpha) or "supervised" (training on the supervised step's proportions); ``local``: whether the variational
-    local step of a labelled batch includes the label term."""
+    supervised alpha) or "supervised" (training on the supervised step's proportions);
+    ``local``: whether the variational local step of a labelled batch includes the label term."""
 
     c: float | None = None
     prior_var: float | None = None

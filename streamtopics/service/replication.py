@@ -11,9 +11,9 @@ is skipped, on every replica alike), new words join the vocabulary in record ord
 (``Vocabulary.add_batch``, so ids are a function of the log prefix), and ``TopicModel.learn``
 runs the global update. A supervised model's record also carries the batch's targets, its
 documents' lengths and the classifier's features when they are not the label-free document-topic
-counts (the mean-field step's, or the supervised step's under ``features="supervised"``): applying it calibrates and updates the
-classifier exactly as ``TopicModel.process`` does, its draws seeded by the head's own call
-counter, itself a function of the log prefix. A record computed against a model with no topics yet carries the
+counts (the mean-field step's, or the supervised step's under ``features="supervised"``):
+applying it calibrates and updates the classifier exactly as ``TopicModel.process`` does, its
+draws seeded by the head's own call counter, itself a function of the log prefix. A record computed against a model with no topics yet carries the
 batch's tokens instead (``kind="batch"``): applying it seeds the topics and runs the whole
 step, with the model's generator seeded from the record's log offset. Hence replicas that
 applied the same log prefix hold bit-identical models (``digest``).
@@ -42,6 +42,7 @@ import numpy as np
 from ..batch import build_batch_provisional
 from ..batch_ops import doc_lengths, normalise_rows
 from ..births import births_for
+from ..features import training_counts
 from ..jit_cache import njit
 from ..summary import Summary, check_finite
 from ..updates import classifier_decay
@@ -465,7 +466,7 @@ class Replica:
                            writer=self.writer, claim=self.claims.get(source.key, -1), reborn=reborn)
         if targets is not None:
             rec.targets, rec.doc_len = targets, doc_lengths(batch).astype(np.float64)
-            feats = local.doc_topic if model.features == "supervised" else feats
+            feats = training_counts(model.features, local, feats)
             if feats is not pre.doc_topic:  # the classifier reads other counts than doc_*
                 rec.sup_ptr, rec.sup_topics, rec.sup_values = _sparse_rows(feats)
         return rec, out
