@@ -13,10 +13,11 @@ runs the global update. A supervised model's record also carries the batch's tar
 documents' lengths and the classifier's features when they are not the label-free document-topic
 counts (the mean-field step's, or the supervised step's under ``features="supervised"``):
 applying it calibrates and updates the classifier exactly as ``TopicModel.process`` does, its
-draws seeded by the head's own call counter, itself a function of the log prefix. A record computed against a model with no topics yet carries the
-batch's tokens instead (``kind="batch"``): applying it seeds the topics and runs the whole
-step, with the model's generator seeded from the record's log offset. Hence replicas that
-applied the same log prefix hold bit-identical models (``digest``).
+draws seeded by the head's own call counter, itself a function of the log prefix. A record
+computed against a model with no topics yet carries the batch's tokens instead
+(``kind="batch"``): applying it seeds the topics and runs the whole step, with the model's
+generator seeded from the record's log offset. Hence replicas that applied the same log prefix
+hold bit-identical models (``digest``).
 
 Wire format: msgpack maps with raw little-endian array buffers (never pickle); a record above
 ``max_bytes`` is split by summary rows into parts that share ``rid`` (``encode``), which
