@@ -278,7 +278,7 @@ class ModelConfig:
     sup_decay: float = opt(_library_default("sup_decay", 0.0), "Weight the classifier keeps from earlier labelled batches per batch (1 = exact streaming posterior); 0 = the topics' own 1 - rho_t (1 under the memoized update).", ge=0, le=1)
     sup_sweeps: int = opt(_library_default("sup_sweeps"), "Gibbs sweeps of the classifier per labelled batch.", ge=1)
     sup_burn_in: int = opt(-1, "Classifier sweeps discarded before averaging; -1 = half of sup_sweeps.", ge=-1)
-    sup_pg_method: str = opt(_library_default("sup_pg_method"), "Logistic loss: Polya-Gamma sampler, exact, gamma_sum (approximate, cost free of c) or auto (exact for c <= 8).", choices=("auto", "exact", "gamma_sum", "devroye"))
+    sup_pg_method: str = opt(_library_default("sup_pg_method", none_as="auto"), "Logistic loss: Polya-Gamma sampler, exact, gamma_sum (approximate, cost free of c) or auto (exact for c <= 8).", choices=("auto", "exact", "gamma_sum", "devroye"))
     sup_max_labels: int = opt(0, "Cap of the label vocabulary (labels past it are errors); 0 = unbounded.", ge=0)
     sup_features: str = opt(_library_default("sup_features", none_as="auto"), "Topic proportions the classifier learns from and predicts with: auto (mean-field for the alias engine, else unsupervised), unsupervised (the engine's label-free local step), mean-field (the variational label-free step at the flat supervised alpha) or supervised (training only).", choices=SUP_FEATURES)
     sup_local: bool = opt(_library_default("sup_local"), "Include the label term in the variational local step of labelled batches.")

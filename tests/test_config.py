@@ -333,6 +333,23 @@ def test_alias_settings_reach_the_model():
         Config.from_dict({"model": {**base["model"], "doc_tries": 65}})
 
 
+@pytest.mark.parametrize("engine", ["lsparse", "alias"])
+@pytest.mark.parametrize("supervision", ["hinge", "logistic", "regression"])
+def test_a_loss_alone_gives_the_library_model(tmp_path, supervision, engine):
+    """Choosing the loss (and the engine) and leaving every other key to the library gives the
+    model ``TopicModel(supervision=..., engine=...)`` builds: each config default is a value the
+    option objects accept. (pg_method's once was None, and every logistic configuration failed to
+    load.)"""
+    from streamtopics.cli import main
+    from streamtopics.config import model_from_config
+    from streamtopics.model import TopicModel
+
+    cfg = Config.from_dict({"model": {"supervision": supervision, "engine": engine}})
+    assert model_from_config(cfg.model).get_params() == TopicModel(supervision=supervision, engine=engine).get_params()
+    path = write(tmp_path, f'[model]\nsupervision = "{supervision}"\n\n[model.engine]\nkind = "{engine}"\n')
+    assert main(["check-config", str(path)]) == 0
+
+
 def test_input_format_and_segmentation_keys():
     """issue 14: input.format (msgpack | json | auto) and model.segmentation reach the daemon's parts."""
     from streamtopics.config import model_from_config
