@@ -120,6 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     from .config import ENV_PREFIX
+    from .model_config import resolved
 
     args.file = args.file or str(DEFAULT_CONFIG)
     cfg, errors = _load_config_or_exit(args.file)
@@ -133,6 +134,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         print("# environment overrides: " + ", ".join(overrides))
     print("# effective configuration (secrets shown as ***):\n")
     print(_dump_toml(cfg.to_dict()), end="")
+    lines = resolved(cfg.model)
+    if lines:
+        print("\n# left to the library, for this [model]:\n" + "\n".join(f"#   model.{line}" for line in lines))
     return EXIT_OK
 
 

@@ -173,6 +173,23 @@ def model_from_config(m):
                       init_smoothing=m.init_smoothing, threads=m.threads or None)
 
 
+def resolved(m) -> list[str]:
+    """What the library makes of the ``[model]`` settings left to it whose value depends on other
+    settings (alpha, the classifier's features), one line each: "key = value -> what it becomes"."""
+    from .features import resolve_features
+    from .model import flat_alpha_default, initial_alpha
+
+    o = options(m)
+    out = []
+    if not m.alpha:
+        a, learned = initial_alpha(None, m.n_topics, flat_alpha_default(o))
+        out.append("alpha = 0 -> " + (f"learned from the stream, from 1/{m.n_topics}" if learned
+                                       else f"{a:g}, fixed (a supervised model of the variational engine)"))
+    if o.supervision is not None and o.supervision.features == "auto":
+        out.append(f'supervision.features = "auto" -> "{resolve_features(o)}" (engine "{o.engine.kind}")')
+    return out
+
+
 def param_differences(model, m) -> dict[str, tuple[Any, Any]]:
     """Settings of ``model`` (e.g. restored from a snapshot) that differ from the configuration's."""
     fresh = model_from_config(m).get_params()

@@ -335,11 +335,11 @@ def test_alias_settings_reach_the_model():
 
 @pytest.mark.parametrize("engine", ["lsparse", "alias"])
 @pytest.mark.parametrize("supervision", ["hinge", "logistic", "regression"])
-def test_a_loss_alone_gives_the_library_model(tmp_path, supervision, engine):
+def test_a_loss_alone_gives_the_library_model(tmp_path, capsys, supervision, engine):
     """Choosing the loss (and the engine) and leaving every other key to the library gives the
     model ``TopicModel(supervision=..., engine=...)`` builds: each config default is a value the
     option objects accept. (pg_method's once was None, and every logistic configuration failed to
-    load.)"""
+    load.) ``check-config`` says what the library makes of alpha and the classifier's features."""
     from streamtopics.cli import main
     from streamtopics.config import model_from_config
     from streamtopics.model import TopicModel
@@ -348,6 +348,11 @@ def test_a_loss_alone_gives_the_library_model(tmp_path, supervision, engine):
     assert model_from_config(cfg.model).get_params() == TopicModel(supervision=supervision, engine=engine).get_params()
     path = write(tmp_path, f'[model]\nsupervision = "{supervision}"\n\n[model.engine]\nkind = "{engine}"\n')
     assert main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out
+    features = "mean-field" if engine == "alias" else "unsupervised"
+    assert f'model.supervision.features = "auto" -> "{features}" (engine "{engine}")' in out
+    alpha = "1, fixed" if engine == "lsparse" else "learned from the stream, from 1/100"
+    assert f"model.alpha = 0 -> {alpha}" in out
 
 
 def test_input_format_and_segmentation_keys():
