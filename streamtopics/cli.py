@@ -163,7 +163,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     top = max(1, int(args.top))
     topics = [model.top_words(k, top) for k in range(model.n_topics)]
     extra = (info.get("extra") or {}).get("daemon") or {}
-    from .export import snapshot_quality, topics_json
+    from .export import classifier_json, snapshot_quality, topics_json
 
     tj = topics_json(model, 10)
     quality = snapshot_quality(model)
@@ -186,6 +186,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "quality": quality,
         "rising": model.trends.rising(5),
         "fading": model.trends.fading(5),
+        "alpha": float(st.alpha), "alpha_learned": bool(model.alpha_learned), "beta": float(st.beta),
+        "classifier": classifier_json(model),
     }
     if args.json:
         print(json.dumps({**facts, "top_words": topics, "prevalence": prevalence, "npmi": npmi},
@@ -197,7 +199,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"version     {facts['version']} global updates")
     print(f"documents   {facts['docs_seen']:,} seen ({int(facts['tokens_seen']):,} tokens)")
     print(f"model       K={facts['n_topics']} topics, V={facts['vocabulary']:,} words, engine={model.engine}, "
-          f"update={model.update}, sparsity={p['sparsity']}, alpha={p['alpha']}, beta={p['beta']}")
+          f"update={model.update}, sparsity={p['sparsity']}, alpha={facts['alpha']:.4g} "
+          f"({'learned' if facts['alpha_learned'] else 'fixed'}), beta={facts['beta']:.4g}")
     offs = facts["offsets"]
     print("offsets     " + (", ".join(f"{k} -> {v}" for k, v in sorted(offs.items())) if offs else "none"))
     if extra:
@@ -212,6 +215,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return ", ".join(f"{k} ({100 * c:+.2f}%)" for k, c in items) or "none"
 
     print(f"trends      rising {trend(facts['rising'])}; fading {trend(facts['fading'])}")
+    _print_classifier(facts["classifier"], topics)
     print(f"\ntop {top} words per topic (prevalence = smoothed share of recent token mass, NPMI of the top 10):")
     width = len(str(model.n_topics - 1))
     for k, words in enumerate(topics):
@@ -219,6 +223,26 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         nm = f"{npmi[k]:+.3f}" if npmi[k] is not None else "   -  "
         print(f"  {k:>{width}}  {pv}  {nm}  {' '.join(words)}")
     return EXIT_OK
+
+
+def _print_classifier(c: dict | None, topics: list[list[str]], max_labels: int = 50) -> None:
+    """``inspect``'s classifier lines: what it is, then per label its strongest topics."""
+    if c is None:
+        return
+    print(f"classifier  {c['loss']} ({c['task'] or 'no labels yet'}), {c['n_labels']} label"
+          f"{'' if c['n_labels'] == 1 else 's'}, {c['labelled_docs']:,} labelled documents in {c['updates']} updates, "
+          f"features \"{c['features']}\"")
+    if not c["labels"]:
+        return
+    print("            strongest topics per label (posterior mean weight; the topic's first words):")
+    width = min(32, max(len(str(x["label"])) for x in c["labels"][:max_labels]))
+    for x in c["labels"][:max_labels]:
+        parts = [f"{k} ({w:+.2f})" for k, w in x["topics"]]
+        first = x["topics"][0][0] if x["topics"] else None
+        words = f"  {' '.join(topics[first][:4])}" if first is not None else ""
+        print(f"    {str(x['label'])[:32]:<{width}}  {', '.join(parts)}{words}")
+    if len(c["labels"]) > max_labels:
+        print(f"    ... and {len(c['labels']) - max_labels} more (--json lists them all)")
 
 
 def cmd_export(args: argparse.Namespace) -> int:

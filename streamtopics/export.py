@@ -13,6 +13,10 @@ With ``max_terms`` only the most frequent terms are kept and topic_term rows ren
 
 ``topics_json`` / ``topics_rows``: top words, weights, prevalence, and the coherence the daemon
 measured when it wrote the snapshot (snapshot extra ``daemon.quality``), for JSON and CSV.
+
+``classifier_json``: a supervised model's classifier: its loss, task, features, how much it has
+learned, and per label the topics with the largest weights (the score of a label is its weights
+times the document's topic proportions, so these topics raise it most).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 
 from .quality import top_word_ids, topic_diversity
 
-__all__ = ["pyldavis_data", "topics_json", "topics_rows", "topics_csv", "snapshot_quality"]
+__all__ = ["classifier_json", "pyldavis_data", "topics_json", "topics_rows", "topics_csv", "snapshot_quality"]
 
 
 def pyldavis_data(model, max_terms: int | None = 5000) -> dict[str, Any]:
@@ -82,6 +86,26 @@ def topics_json(model, top_n: int = 10) -> dict[str, Any]:
     return {"model_version": int(model.version), "n_topics": int(model.n_topics), "docs_seen": int(st.docs_seen),
             "vocabulary": int(st.n_words), "diversity_top25": topic_diversity(top, 25),
             "quality": q, "topics": topics}
+
+
+def classifier_json(model, top_topics: int = 3) -> dict[str, Any] | None:
+    """The classifier of a supervised model (None without supervision): loss, task, the
+    features it reads, labelled documents and updates seen, and per label (one entry for
+    regression, named "response") the ``top_topics`` topics of largest posterior mean weight,
+    largest first, as [topic, weight]."""
+    head = getattr(model, "head", None)
+    if head is None:
+        return None
+    eta = np.asarray(head.eta_mean, dtype=np.float64)[: head.n_labels]
+    names = list(head.labels.labels) if head.task != "regression" else ["response"] * eta.shape[0]
+    n = max(0, min(int(top_topics), eta.shape[1] if eta.ndim == 2 else 0))
+    labels = []
+    for name, row in zip(names, eta):
+        order = np.argsort(-row, kind="stable")[:n]
+        labels.append({"label": name, "topics": [[int(k), float(row[k])] for k in order]})
+    return {"loss": head.loss, "task": head.task, "features": getattr(model, "features", None),
+            "labelled_docs": int(head.docs_seen), "updates": int(head.n_updates), "n_labels": int(head.n_labels),
+            "labels": labels}
 
 
 def topics_rows(model, top_n: int = 10) -> list[dict]:

@@ -103,6 +103,35 @@ def test_inspect_shows_model_facts_and_top_words(tmp_path, capsys):
     path.write_bytes(path.read_bytes()[:500])
     assert main(["inspect", str(path)]) == 2
     assert "truncated" in capsys.readouterr().err
+    assert facts["classifier"] is None and facts["alpha_learned"] is True  # unsupervised: no classifier lines
+
+
+def test_inspect_shows_the_classifier_and_each_labels_strongest_topics(tmp_path, capsys):
+    """A supervised snapshot says what its classifier is and, per label, which topics raise the
+    label's score most (largest posterior mean weight first), and the alpha it actually uses."""
+    docs = load_reuters_r8("train")[:300]
+    m = TopicModel(n_topics=6, seed=1, supervision="logistic")
+    for i in range(0, len(docs), 100):
+        m.partial_fit([d.text for d in docs[i:i + 100]], labels=[d.label for d in docs[i:i + 100]])
+    path = tmp_path / "sup.stsnap"
+    m.save(path)
+    assert main(["inspect", str(path), "--json"]) == 0
+    c = json.loads(capsys.readouterr().out)["classifier"]
+    assert (c["loss"], c["task"], c["features"], c["labelled_docs"], c["updates"]) == (
+        "logistic", "multiclass", "unsupervised", 300, 3)
+    assert [x["label"] for x in c["labels"]] == m.label_names and c["n_labels"] == len(m.label_names)
+    for x, row in zip(c["labels"], m.head.eta_mean):
+        assert [k for k, _ in x["topics"]] == [int(k) for k in (-row).argsort(kind="stable")[:3]]
+        assert [w for _, w in x["topics"]] == sorted((w for _, w in x["topics"]), reverse=True)
+
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"alpha=1 \(fixed\)", out)
+    assert re.search(rf"^classifier\s+logistic \(multiclass\), {len(m.label_names)} labels, 300 labelled documents "
+                     r'in 3 updates, features "unsupervised"$', out, re.M)
+    top = c["labels"][0]["topics"][0][0]
+    assert re.search(rf"^\s+{re.escape(m.label_names[0])}\s+{top} \([+-]\d+\.\d\d\),.*  "
+                     + re.escape(" ".join(m.top_words(top, 4))) + "$", out, re.M)
 
 
 # --------------------------------------------------------------------------- produce
