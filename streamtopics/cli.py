@@ -229,8 +229,12 @@ def _print_classifier(c: dict | None, topics: list[list[str]], max_labels: int =
     """``inspect``'s classifier lines: what it is, then per label its strongest topics."""
     if c is None:
         return
-    print(f"classifier  {c['loss']} ({c['task'] or 'no labels yet'}), {c['n_labels']} label"
-          f"{'' if c['n_labels'] == 1 else 's'}, {c['labelled_docs']:,} labelled documents in {c['updates']} updates, "
+    def n(count: int, word: str) -> str:
+        return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+    task = c["task"] or "no labels yet"
+    what = c["loss"] if task == c["loss"] else f"{c['loss']} ({task}), {n(c['n_labels'], 'label')}"
+    print(f"classifier  {what}, {n(c['labelled_docs'], 'labelled document')} in {n(c['updates'], 'update')}, "
           f"features \"{c['features']}\"")
     if not c["labels"]:
         return
