@@ -96,3 +96,32 @@ def test_metrics_prequential_window_is_read(tmp_path):
     section only). Checked: failed on the old code (maxlen 1000)."""
     assert Daemon(_cfg(tmp_path, prequential_window=7), serve_metrics=False).telemetry.prequential.maxlen == 7
     assert Daemon(_cfg(tmp_path), serve_metrics=False).telemetry.prequential.maxlen == 1000
+
+
+def test_topic_creation_refused_is_logged_and_start_up_goes_on(monkeypatch, caplog):
+    """A broker that refuses to create topics (no permission on a managed cluster) is logged and
+    start-up goes on; an unreachable broker is raised for the caller's retry. (The handler once
+    named kafka-python 2's NoBrokersAvailable, gone in 3.x: any error became an AttributeError
+    and start-up retried "cannot reach Kafka" forever.)"""
+    import pytest
+    from kafka import errors as kerrors
+
+    from streamtopics.service import session
+
+    def refuse(*a, **k):
+        raise kerrors.TopicAuthorizationFailedError("not allowed")
+
+    s = session.KafkaSession.__new__(session.KafkaSession)
+    s.cfg, s.telemetry, s.consumer = Config(), None, None
+    monkeypatch.setattr(session, "ensure_topics", refuse)
+    with caplog.at_level("ERROR", logger="streamtopics"):
+        s.ensure_topics()  # returns
+    assert any("could not create topics" in r.getMessage() and "TopicAuthorizationFailedError" in r.error
+               for r in caplog.records)
+
+    def unreachable(*a, **k):
+        raise ConnectionError("no broker reachable at 127.0.0.1:1")
+
+    monkeypatch.setattr(session, "ensure_topics", unreachable)
+    with pytest.raises(ConnectionError):
+        s.ensure_topics()

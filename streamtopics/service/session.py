@@ -214,7 +214,7 @@ class KafkaSession:
                         "created missing topics", extra={"topics": created})
                 if self.consumer is not None:
                     self.consumer.refresh_metadata()
-        except (ConnectionError, OSError, kerrors.NoBrokersAvailable, kerrors.KafkaConnectionError,
+        except (ConnectionError, OSError, kerrors.KafkaConnectionError,
                 kerrors.KafkaTimeoutError):
             raise
         except Exception as exc:  # noqa: BLE001

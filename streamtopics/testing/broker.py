@@ -425,7 +425,7 @@ def create_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 10)
                 return actual
         except kerrors.KafkaError as exc:
             if not getattr(exc, "retriable", False) and not isinstance(
-                exc, (kerrors.NoBrokersAvailable, kerrors.KafkaConnectionError)
+                exc, kerrors.KafkaConnectionError
             ):
                 raise
             last_exc = exc
