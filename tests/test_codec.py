@@ -434,6 +434,26 @@ def test_json_values_of_the_wrong_type_get_the_usual_reasons():
         assert dl.reason == reason, (raw, dl)
 
 
+@pytest.mark.parametrize("raw, reason, where", [
+    (b'{"id": "sur\\ud800id", "text": "space shuttle"}', "bad_id", "'id'"),
+    (b'{"id": 1, "text": "lone \\udfff here"}', "bad_text", "'text'"),
+    (b'{"id": 1, "tokens": ["a", "\\ud800"]}', "bad_tokens", "'tokens'[1]"),
+    (b'{"id": 1, "text": "x", "label": "b\\udfff"}', "bad_label", "'label'"),
+    (b'{"id": 1, "text": "x", "labels": ["a", "b\\ud800"]}', "bad_label", "'labels'[1]"),
+])
+def test_json_strings_without_a_utf8_form_are_dead_letters(raw, reason, where):
+    """JSON's unpaired surrogate escapes decode to strings with no UTF-8 form. Accepted, one in an
+    id stopped the publisher (a crash loop: the record came back after every restart) and one in
+    a label made every snapshot fail; now the field's reason, with a dead letter that encodes."""
+    docs, (dl,) = decode_message(raw, LIMITS, fmt="json")
+    assert docs == [] and dl.reason == reason and dl.detail.startswith(f"{where} holds an unpaired surrogate")
+    assert decode_dead_letter(encode_dead_letter(dl, ts=1.0))["reason"] == reason
+    # a surrogate pair is one character with a UTF-8 form: accepted
+    (doc,), dead = decode_message(b'{"id": 1, "text": "smile \\ud83d\\ude00", "label": "\\ud83d\\ude00"}', LIMITS,
+                                  fmt="json")
+    assert dead == [] and doc.text == "smile \U0001F600" and doc.label == "\U0001F600"
+
+
 def test_dead_letters_keep_the_record_key_and_headers():
     """Before issue 14 a dead letter dropped the source record's key and headers."""
     hdrs = [("trace-id", b"abc"), ("tenant", None)]

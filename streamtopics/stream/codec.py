@@ -71,7 +71,9 @@ replayed with its routing intact.
   with ``input.format = "msgpack"`` a payload that looks like JSON says so in
   the detail ("... looks like JSON ...")
 - ``malformed_json``     (``input.format`` json or auto) not decodable as
-  UTF-8 JSON text, or nested too deeply
+  UTF-8 JSON text, or nested too deeply (a string field holding an unpaired
+  surrogate escape such as ``\\ud800``, which has no UTF-8 form, is that
+  field's ``bad_*`` reason)
 - ``not_a_document``     the value (or an array element) is not a map, or
   the value is null (a tombstone)
 - ``empty_batch``        an array message with no elements
@@ -397,7 +399,7 @@ def decode_message(
 
     if isinstance(obj, dict):
         try:
-            return [_validate(obj, limits)], []
+            return [_validate(obj, limits, utf8=text is not None)], []
         except _Reject as r:
             return [], [dead(r.reason, r.detail)]
         except Exception as e:  # a validator bug must not kill the consumer loop
@@ -422,7 +424,7 @@ def decode_message(
             bad.append((i, "not_a_document", f"element {i} is a {what} {_tname(el)}; expected a map"))
             continue
         try:
-            docs.append(_validate(el, limits))
+            docs.append(_validate(el, limits, utf8=text is not None))
         except _Reject as r:
             bad.append((i, r.reason, f"element {i}: {r.detail}"))
         except Exception as e:
@@ -524,7 +526,32 @@ def _element_spans(raw: bytes, limits: Limits, count: int) -> list[tuple[int, in
         return None  # fall back to the whole message as raw
 
 
-def _validate(d: dict, limits: Limits) -> Document:
+def _unpaired_surrogate(s: str) -> int | None:
+    """Where ``s`` holds an unpaired UTF-16 surrogate (None: nowhere). JSON's ``\\ud800``-
+    ``\\udfff`` escapes decode to them when unpaired; they have no UTF-8 form, so the
+    predictions producer, a snapshot or a dead letter could not encode a string holding one."""
+    try:
+        s.encode("utf-8")
+        return None
+    except UnicodeEncodeError as e:
+        return e.start
+
+
+def _check_utf8(doc_id, text, tokens, label, labels) -> None:
+    """A JSON document's strings must have a UTF-8 form (``_unpaired_surrogate``)."""
+    fields = [("bad_id", "'id'", doc_id), ("bad_text", "'text'", text)]
+    fields += [("bad_tokens", f"'tokens'[{i}]", t) for i, t in enumerate(tokens or ())]
+    fields += [("bad_label", "'label'", label)] + [("bad_label", f"'labels'[{i}]", x) for i, x in enumerate(labels or ())]
+    for reason, where, v in fields:
+        at = _unpaired_surrogate(v) if isinstance(v, str) else None
+        if at is not None:
+            raise _Reject(reason, f"{where} holds an unpaired surrogate escape ({_show(v[at])} at character {at}); "
+                                  "it has no UTF-8 form")
+
+
+def _validate(d: dict, limits: Limits, utf8: bool = False) -> Document:
+    """``utf8``: the strings came from JSON text, so check they have a UTF-8 form (msgpack's
+    strings are decoded from UTF-8 and always have one)."""
     for k in d:
         if not isinstance(k, str):
             raise _Reject("unknown_field", f"map key {_show(k)} is not a string")
@@ -576,6 +603,8 @@ def _validate(d: dict, limits: Limits) -> Document:
     ts = _check_number(d, "ts", "bad_ts")
     if ts is not None and not (0.0 <= ts < MAX_TS):
         raise _Reject("bad_ts", f"'ts' must be seconds since the epoch in [0, {MAX_TS:.0f}) (got {_show(d['ts'])})")
+    if utf8:
+        _check_utf8(doc_id, text, tokens, label, labels)
     return Document(doc_id, text, tokens, label, labels, response, ts)
 
 
