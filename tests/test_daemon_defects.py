@@ -3,6 +3,7 @@ failed before its fix. No broker needed: the batch processor, the prediction enc
 telemetry are called through their public seams."""
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -125,3 +126,44 @@ def test_topic_creation_refused_is_logged_and_start_up_goes_on(monkeypatch, capl
     monkeypatch.setattr(session, "ensure_topics", unreachable)
     with pytest.raises(ConnectionError):
         s.ensure_topics()
+
+
+def _labelled(texts_labels, offset0=0):
+    """(records, decoded) of one document per record: (text, label str or labels list)."""
+    records = [SimpleNamespace(topic="docs", partition=0, offset=offset0 + i, value=b"x", timestamp=0)
+               for i in range(len(texts_labels))]
+    decoded = [Decoded([Document(str(offset0 + i), t, None, lab if isinstance(lab, str) else None,
+                                 lab if isinstance(lab, list) else None, None, None)], [], [None])
+               for i, (t, lab) in enumerate(texts_labels)]
+    return records, decoded
+
+
+def test_a_document_of_the_other_label_form_cannot_fail_a_batch_or_the_stream(tmp_path):
+    """A stray multi-label document first in a multi-class stream fixed the classifier as
+    multi-label, and every later batch of 'label' documents failed (model_error, all of them,
+    for good); a 'labels' document in a multi-class stream failed its batch the same way. Now a
+    'label' is a one-label list for a multi-label model, a one-label 'labels' is the label of a
+    multi-class one, and several labels for a multi-class model are a bad_label dead letter."""
+    cfg = _cfg(tmp_path)
+    classes = ["oil", "rates", "grain", "shares"]
+    proc = BatchProcessor("hinge")
+
+    model = model_from_config(dataclasses.replace(cfg.model, supervision="hinge"))
+    records, decoded = _labelled([(FIRST[0], ["oil"])] + [(t, c) for t, c in zip(FIRST[1:], classes[1:])])
+    out = proc.run(model, records, decoded, "k0")
+    assert out.error is None and out.dead == [] and out.step.keep == [0, 1, 2, 3]
+    assert model.head.task == "multilabel" and sorted(model.label_names) == sorted(classes)
+    records, decoded = _labelled([(t, c) for t, c in zip(GOOD, classes)], offset0=4)
+    out = proc.run(model, records, decoded, "k1")  # 'label' documents go on training it
+    assert out.error is None and out.dead == [] and out.step.keep == [0, 1, 2]
+
+    model = model_from_config(dataclasses.replace(cfg.model, supervision="hinge"))
+    records, decoded = _labelled([(t, c) for t, c in zip(FIRST, classes)])
+    assert proc.run(model, records, decoded, "k0").error is None and model.head.task == "multiclass"
+    records, decoded = _labelled([(GOOD[0], "oil"), (GOOD[1], ["rates", "grain"]), (GOOD[2], ["newlabel"])],
+                                 offset0=4)
+    out = proc.run(model, records, decoded, "k1")
+    assert out.error is None and out.step.keep == [0, 1]  # the two-label document is out of the batch
+    (dl,) = out.dead
+    assert (dl.reason, dl.offset) == ("bad_label", 5) and "'labels' has 2 labels" in dl.detail
+    assert "newlabel" in model.label_names  # the one-label list trained as its label

@@ -28,7 +28,7 @@ import numpy as np
 from ..model import reading_ahead
 from ..stream.codec import DeadLetter, Document, decode_message, encode_document, is_array_message
 
-__all__ = ["BatchOutcome", "BatchProcessor", "Decoded", "RecordDecoder", "StepResult", "targets_of"]
+__all__ = ["BatchOutcome", "BatchProcessor", "Decoded", "RecordDecoder", "StepResult", "fit_targets", "targets_of"]
 
 log = logging.getLogger("streamtopics.daemon")
 
@@ -89,6 +89,30 @@ def targets_of(docs: list[Document], supervision: str) -> list | None:
     if supervision == "regression":
         return [d.response for d in docs]
     return [d.labels if d.labels is not None else d.label for d in docs]
+
+
+def fit_targets(targets: list, task: str | None) -> tuple[list, dict[int, str]]:
+    """Classification targets made to fit the classifier's ``task`` ("multiclass": one ``label``
+    per document; "multilabel": ``labels`` lists; None: not fixed yet, the first labelled document
+    fixes it, as the library does), so one document of the other form cannot fail a batch, nor,
+    first in a stream, turn every later one into a failure: a ``label`` is a one-label list for a
+    multi-label model, a one-label ``labels`` list is its label for a multi-class one. Returns
+    (the targets, {position: why} of those that cannot fit: several labels for a multi-class model)."""
+    if task is None:
+        first = next((t for t in targets if t is not None), None)
+        task = None if first is None else ("multiclass" if isinstance(first, str) else "multilabel")
+    out, bad = list(targets), {}
+    for i, t in enumerate(targets):
+        if task == "multilabel" and isinstance(t, str):
+            out[i] = [t]
+        elif task == "multiclass" and isinstance(t, list):
+            if len(t) == 1:
+                out[i] = t[0]
+            else:
+                out[i] = None
+                bad[i] = (f"'labels' has {len(t)} labels, but this model is multi-class (it learned from one "
+                          "'label' per document): send 'label'")
+    return out, bad
 
 
 @dataclass
@@ -168,8 +192,18 @@ class BatchProcessor:
                 docs.append(doc)
                 srcs.append((rec, idx))
         stages = {"decode": decode_seconds, "predict": 0.0, "learn": 0.0}
-        texts = [d.text if d.text is not None else d.tokens for d in docs]
         targets = targets_of(docs, self.supervision)
+        if targets is not None and self.supervision != "regression":
+            head = getattr(model, "head", None)
+            targets, misfit = fit_targets(targets, None if head is None else head.task)
+            for i, why in misfit.items():
+                rec, idx = srcs[i]
+                dead.append(DeadLetter("bad_label", why, idx, rec.topic, rec.partition, rec.offset,
+                                       rec.value if idx is None else encode_document(docs[i])))
+            if misfit:
+                keep = [i for i in range(len(docs)) if i not in misfit]
+                docs, srcs, pre, targets = ([x[i] for i in keep] for x in (docs, srcs, pre, targets))
+        texts = [d.text if d.text is not None else d.tokens for d in docs]
         out = BatchOutcome(docs, srcs, texts, dead, StepResult(), model.version,
                            # the labels the scores are over, fixed now: the publisher thread must
                            # not read the live model (which learns labels or is replaced)

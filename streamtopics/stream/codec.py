@@ -86,7 +86,8 @@ replayed with its routing intact.
 - ``text_too_large``     more than ``max_text_chars`` / ``max_tokens``
 - ``empty_document``     blank text, no tokens, or (set by the daemon) no
   token left after tokenization
-- ``bad_label``          ``label``/``labels`` of the wrong type or size, or both
+- ``bad_label``          ``label``/``labels`` of the wrong type or size, or both; or (set by
+  the daemon) several ``labels`` for a model whose classifier is multi-class
 - ``bad_response`` / ``bad_ts``       not a finite number / out of range
 - ``unknown_field``      a key outside the schema (the detail names it)
 
