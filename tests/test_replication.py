@@ -106,6 +106,37 @@ def test_topic_births_travel_in_the_log_and_replicas_stay_identical(corpus):
     assert len({digest(r.model) for r in replicas + [late]}) == 1
 
 
+def test_the_explorer_follows_a_replica_with_its_top_words_exact(corpus):
+    """A replica's computed batch reaches the topic explorer (``Computed.batch``): its known
+    words' entries, and as top-word candidates those words plus every row the updates applied
+    since the last batch touched, including other replicas' records and births. The explorer's
+    incremental top words then equal a full scan of the model after every batch."""
+    from streamtopics.explore import TopicExplorer
+    from streamtopics.quality import top_word_ids
+
+    train, _ = corpus
+    replicas = [Replica(_model(corpus_size="seen")) for _ in range(2)]
+    ex = TopicExplorer()
+    log, checked = [], 0
+    for j, (src, toks) in enumerate(_batches(train)):
+        r = replicas[j % 2]
+        n_known = len(r.model.vocab)
+        rec, out = r.compute(toks, src)
+        if r is replicas[0] and out is not None:
+            assert out.batch.n_docs == len(toks) and (out.batch.word_ids < n_known).all()
+            assert ex.observe(r.model, out.batch, out.theta, list(range(len(toks))), toks) is not None
+            st = r.model.state
+            if st.n_updates > 2:  # past the explorer's first full scans: incremental passes
+                full = top_word_ids(st.mu[: st.n_words], 10)
+                words = r.model.vocab.words
+                assert [t["top_words"] for t in ex.view["topics"]] == [[words[i] for i in row] for row in full]
+                checked += 1
+        log.append(encode(rec))
+        for rep in replicas:
+            _apply_upto(rep, log, len(log) - 1)
+    assert checked >= 5 and sum(len(decode(p[0])[0].reborn or []) for p in log) >= 1
+
+
 def test_a_source_range_is_learned_once_however_often_it_is_published(corpus):
     train, _ = corpus
     a, b = Replica(_model()), Replica(_model())

@@ -51,8 +51,8 @@ from ..supervised.targets import is_missing
 from ..supervised.head_io import fork_head
 from .ledger import OffsetLedger
 
-__all__ = ["Assembler", "Computed", "Source", "UpdateRecord", "Replica", "check_replicable", "decode", "encode",
-           "digest"]
+__all__ = ["Assembler", "Computed", "Observed", "Source", "UpdateRecord", "Replica", "check_replicable", "decode",
+           "encode", "digest"]
 
 log = logging.getLogger("streamtopics.daemon")
 
@@ -131,15 +131,31 @@ class UpdateRecord:
                                                                       "reborn": self.reborn}
 
 
+class Observed(NamedTuple):
+    """A computed batch as the topic explorer reads it (``explore.TopicExplorer.observe``): its
+    documents' entries of words the model knows (the words the record adds are not in the model
+    yet), and in ``uniq`` those words plus every word an update applied since the previous
+    observation touched: the candidates for the topics' top words, which only those rows can
+    have entered."""
+
+    doc_ptr: np.ndarray
+    word_ids: np.ndarray
+    uniq: np.ndarray
+    evicted: np.ndarray
+    n_docs: int
+
+
 class Computed(NamedTuple):
     """What a replica's computation predicts for a batch (prequential: the model at ``base``):
     topic mixtures, classifier scores and predictions (None before the classifier learned),
-    and the labels the score columns are over."""
+    the labels the score columns are over, and the batch for the topic explorer (``Observed``;
+    None when the model had no topics)."""
 
     theta: np.ndarray
     scores: np.ndarray | None = None
     predicted: list | None = None
     label_names: list = []
+    batch: Observed | None = None
 
 
 def check_replicable(model) -> list[str]:
@@ -419,6 +435,24 @@ class Replica:
         # offsets of skipped records that no learned range covers (a zombie's batch cut
         # otherwise than its successor's): not learned from that record; see docs/scale-out.md
         self.unlearned = 0
+        self._touched = np.zeros(0, dtype=np.bool_)  # word rows updates changed since ``observed``
+
+    def _touch(self, word_ids: np.ndarray) -> None:
+        if word_ids.size:
+            n = int(word_ids.max()) + 1
+            if n > self._touched.size:
+                self._touched = np.concatenate([self._touched, np.zeros(max(n, 2 * self._touched.size)
+                                                                        - self._touched.size, dtype=np.bool_)])
+            self._touched[word_ids] = True
+
+    def observed(self, batch, n_known: int) -> Observed:
+        """``Observed`` of a batch built against the vocabulary's first ``n_known`` words (its
+        provisional ids left out); the rows touched since the last call join its candidates."""
+        keep = batch.word_ids < n_known
+        ends = np.concatenate([[0], np.cumsum(keep)])
+        touched, self._touched = np.flatnonzero(self._touched), np.zeros(self._touched.size, dtype=np.bool_)
+        uniq = np.union1d(batch.uniq[batch.uniq < n_known], touched)
+        return Observed(ends[batch.doc_ptr], batch.word_ids[keep], uniq, np.empty(0, np.int64), batch.n_docs)
 
     def compute(self, tokens: list[list[str]], source: Source, labels: list | None = None,
                 kernels=contextlib.nullcontext):
@@ -447,7 +481,7 @@ class Replica:
                 local, pre, feats, scores, predicted = model.local_steps(batch, targets, learn=True, head=head)
             check_finite(local.summary, pre.doc_topic)  # no NaN reaches the log (every replica would apply it)
             out = Computed(model.theta(pre.doc_topic, model.state.alpha), scores, predicted,
-                           label_names if scores is not None else [])
+                           label_names if scores is not None else [], self.observed(batch, n_known))
             # births are decided here and travel in the record (every replica resets the same topics)
             rng = np.random.default_rng([int(model.seed), self.offset])
             sm, reborn = births_for(model, batch, local.summary, rng=rng)
@@ -546,10 +580,14 @@ class Replica:
         model = self.model
         if rec.kind == "batch":
             model.rng = np.random.default_rng([int(model.seed), int(offset)])
-            model.process(model.prepare(rec.tokens, grow=True), learn=True, batch_key=batch_key, labels=rec.targets)
+            batch = model.prepare(rec.tokens, grow=True)
+            model.process(batch, learn=True, batch_key=batch_key, labels=rec.targets)
+            self._touch(batch.uniq)
             return
         doc_topic = _dense_rows(rec.doc_ptr, rec.doc_topics, rec.doc_values, model.n_topics)
-        model.learn(self._summary(rec), rec.objective, doc_topic, rec.n_docs, rec.n_tokens, batch_key, rec.reborn)
+        summary = self._summary(rec)
+        model.learn(summary, rec.objective, doc_topic, rec.n_docs, rec.n_tokens, batch_key, rec.reborn)
+        self._touch(summary.word_ids)
         if rec.targets is not None and model.head is not None:
             self._learn_head(rec, doc_topic, batch_key)
 
