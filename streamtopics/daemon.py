@@ -142,7 +142,8 @@ class Daemon:
         self._stop.set()
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT -> graceful stop; a second signal exits at once (the last snapshot stays valid)."""
+        """SIGTERM/SIGINT -> graceful stop; a second signal (not the same one delivered twice at
+        once: ``signal_handler``) exits at once (the last snapshot stays valid)."""
         install_signal_handlers(self._stop)
 
     def wait_started(self, timeout: float | None = None) -> bool:
@@ -474,14 +475,36 @@ class Daemon:
         return False
 
 
-def install_signal_handlers(stop: threading.Event) -> None:
-    """SIGTERM/SIGINT set ``stop`` (a graceful stop); a second signal exits at once."""
+# A signal this soon after the first is the same request delivered twice, not an operator's
+# "now": `timeout`, a shell's Ctrl-C and a container runtime signal the process and its group.
+SAME_REQUEST_S = 2.0
+
+
+def signal_handler(stop: threading.Event, clock=time.monotonic, exit_now=os._exit):
+    """The handler ``install_signal_handlers`` installs: the first SIGTERM/SIGINT sets ``stop`` (a
+    graceful stop); another one more than ``SAME_REQUEST_S`` later exits at once (the last snapshot
+    stays valid); one sooner is the same request again and is only logged."""
+    first: list[float] = []
+
     def handler(signum, _frame):
-        if stop.is_set():
+        now = clock()
+        if stop.is_set() and first and now - first[0] > SAME_REQUEST_S:
             log.warning("second signal: exiting without the final snapshot", extra={"signal": signum})
-            os._exit(128 + signum)
+            exit_now(128 + signum)
+            return
+        if stop.is_set():
+            log.info("signal again within %.0f s of the first: the same stop request (send it later to exit at "
+                     "once, without the final snapshot)", SAME_REQUEST_S, extra={"signal": signum})
+            return
+        first.append(now)
         log.info("signal received: stopping after the current batch", extra={"signal": signum})
         stop.set()
 
+    return handler
+
+
+def install_signal_handlers(stop: threading.Event) -> None:
+    """SIGTERM/SIGINT set ``stop`` (a graceful stop); a later second signal exits at once (``signal_handler``)."""
+    handler = signal_handler(stop)
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)

@@ -167,3 +167,28 @@ def test_a_document_of_the_other_label_form_cannot_fail_a_batch_or_the_stream(tm
     (dl,) = out.dead
     assert (dl.reason, dl.offset) == ("bad_label", 5) and "'labels' has 2 labels" in dl.detail
     assert "newlabel" in model.label_names  # the one-label list trained as its label
+
+
+def test_the_same_stop_signal_delivered_twice_keeps_the_graceful_stop():
+    """`timeout -s TERM`, a shell's Ctrl-C and container runtimes signal the process and its group,
+    so the daemon got SIGTERM twice in the same millisecond and took the second as "exit now",
+    losing the final snapshot. A repeat within SAME_REQUEST_S is the same request; a later one
+    still exits at once."""
+    import signal
+    import threading
+
+    from streamtopics.daemon import SAME_REQUEST_S, signal_handler
+
+    now, exits = [100.0], []
+    stop = threading.Event()
+    handler = signal_handler(stop, clock=lambda: now[0], exit_now=exits.append)
+    handler(signal.SIGTERM, None)
+    assert stop.is_set() and exits == []
+    now[0] += 0.001
+    handler(signal.SIGTERM, None)  # the group's copy of the same signal
+    now[0] += SAME_REQUEST_S / 2
+    handler(signal.SIGINT, None)
+    assert exits == []
+    now[0] += SAME_REQUEST_S
+    handler(signal.SIGINT, None)  # the operator insists
+    assert exits == [128 + signal.SIGINT]
