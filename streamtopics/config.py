@@ -250,7 +250,7 @@ class InputConfig:
 class ModelConfig:
     engine: str = opt("lsparse", "Local inference: lsparse (sparse variational) or alias (alias-table Metropolis-Hastings).", choices=("lsparse", "alias"))
     n_topics: int = opt(_library_default("n_topics"), "Number of topics K.", ge=2, le=100000)
-    sparsity: int = opt(_library_default("sparsity"), "Non-zero topics kept per document in the sparse local step (at most n_topics).", ge=1)
+    sparsity: int = opt(_library_default("sparsity"), "Non-zero topics kept per word type of a document in the sparse local step; n_topics or more is the exact dense step.", ge=1)
     update: str = opt("stochastic", "Global update: stochastic (decaying step) or memoized (exact over a window of batches).", choices=("stochastic", "memoized"))
     alpha: float = opt(_library_default("alpha", 0.0), "Document-topic Dirichlet prior (per topic); 0 = the library's default: learned from the stream (empirical Bayes, docs/defaults.md), or 1 (fixed) for a supervised model of the variational engine (docs/supervised.md §9).", ge=0)
     beta: float = opt(_library_default("beta", 0.0), "Topic-word Dirichlet prior (per topic); 0 = 1/n_topics, one pseudo-count per word over all topics (docs/defaults.md).", ge=0)
@@ -711,10 +711,6 @@ def _cross_checks(cfg: Config) -> list[str]:
             errs.append(f"{E}topics.{key} and topics.{seen[name]} must differ (both {_fmt(name)})")
         else:
             seen[name] = key
-
-    m = cfg.model
-    if m.sparsity > m.n_topics:
-        errs.append(f"{E}model.sparsity ({m.sparsity}) must be <= model.n_topics ({m.n_topics})")
 
     b = cfg.batch
     if b.max_inflight_predictions < b.max_docs:

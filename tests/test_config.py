@@ -207,15 +207,25 @@ def test_cross_field_rules():
     errs = "\n".join(errors_of({
         "kafka": {"heartbeat_interval_ms": 10000, "session_timeout_ms": 5000, "fetch_max_wait_ms": 40000},
         "topics": {"output": "documents", "dead_letter": "bad topic!"},
-        "model": {"n_topics": 4, "sparsity": 8},
         "batch": {"max_docs": 500, "max_inflight_predictions": 100},
     }))
     assert "kafka.heartbeat_interval_ms (10000) must be less than kafka.session_timeout_ms (5000)" in errs
     assert "kafka.fetch_max_wait_ms (40000) must be less than kafka.request_timeout_ms (30000)" in errs
     assert "topics.output and topics.input must differ" in errs
     assert 'topics.dead_letter = "bad topic!" is not a valid Kafka topic name' in errs
-    assert "model.sparsity (8) must be <= model.n_topics (4)" in errs
     assert "batch.max_inflight_predictions (100) must be >= batch.max_docs (500)" in errs
+
+
+@pytest.mark.parametrize("engine", ["lsparse", "alias"])
+def test_fewer_topics_than_the_sparsity_is_the_dense_step(engine):
+    """n_topics below the default sparsity (8) loads as the library takes it: sparsity >= n_topics
+    is the exact dense step (README). The config refused it, and for the alias engine offered no
+    key to lower the sparsity with ([model.engine] sparsity does not apply to it)."""
+    from streamtopics.config import model_from_config
+    from streamtopics.model import TopicModel
+
+    cfg = Config.from_dict({"model": {"n_topics": 2, "engine": {"kind": engine}}})
+    assert model_from_config(cfg.model).get_params() == TopicModel(n_topics=2, engine=engine).get_params()
 
 
 def test_security_consistency_rules():
