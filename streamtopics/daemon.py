@@ -142,8 +142,7 @@ class Daemon:
         self._stop.set()
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT -> graceful stop; a second signal (not the same one delivered twice at
-        once: ``signal_handler``) exits at once (the last snapshot stays valid)."""
+        """SIGTERM/SIGINT -> graceful stop; a later second signal exits at once (``signal_handler``)."""
         install_signal_handlers(self._stop)
 
     def wait_started(self, timeout: float | None = None) -> bool:
