@@ -11,7 +11,8 @@ Library API (no Kafka needed)::
 from .model import TopicModel, load_snapshot
 from .options import AliasMH, Hinge, Logistic, LSparse, Memoized, Regression, Stochastic, Text, Vocabulary
 from .snapshot import SnapshotError
+from .state import NotFittedError
 
-__all__ = ["TopicModel", "load_snapshot", "SnapshotError", "LSparse", "AliasMH", "Stochastic", "Memoized",
-           "Hinge", "Logistic", "Regression", "Text", "Vocabulary", "__version__"]
+__all__ = ["TopicModel", "load_snapshot", "SnapshotError", "NotFittedError", "LSparse", "AliasMH", "Stochastic",
+           "Memoized", "Hinge", "Logistic", "Regression", "Text", "Vocabulary", "__version__"]
 __version__ = "0.1.0"

@@ -108,6 +108,8 @@ def fit_sweeps(model, docs, labels, n_sweeps: int, tol: float = FIT_TOL):
     """``fit`` of the sampling engine: collapsed sweeps over the whole corpus (see ``fit``)."""
     model.reset()
     batch = model.prepare(model.tokenize(docs), grow=True)
+    if batch.n_tokens == 0:  # nothing to learn from (as the variational laps): the model stays as reset
+        return model
     seed = int(model.rng.integers(1 << 62))
     if labels is None:
         model.last_stats = model.local_step.fit_state(model.state, batch, int(n_sweeps), seed=seed)
@@ -145,6 +147,8 @@ def fit_laps(model, docs, labels, max_laps: int, tol: float, batch_size: int):
         raise ValueError(f"batch_size must be an integer >= 1 (got {batch_size!r})")
     model.reset()  # tol was checked by fit
     tokens = model.tokenize(docs)
+    if not any(tokens):  # nothing to learn from: the model stays as reset
+        return model
     memoized = isinstance(model.updater, MemoizedUpdate)
     keep_batches = model.options.vocabulary.cap is None
     spans = [(lo, min(lo + batch_size, len(tokens))) for lo in range(0, len(tokens), batch_size)]

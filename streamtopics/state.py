@@ -137,6 +137,18 @@ def _scatter_add(mu, totals, word_ids, indptr, topics, values, factor):
             totals[k] += x
 
 
+class NotFittedError(RuntimeError):
+    """Inference asked of a model that has learned no topics yet."""
+
+
+def require_topics(state) -> None:
+    """Raise ``NotFittedError`` unless the model has topics: a local step needs them, and a
+    model gets them from its first documents with words (fit, partial_fit, the daemon's stream)."""
+    if not state.initialized:
+        raise NotFittedError("the model has no topics yet: it learns them from its first documents with words "
+                             "(fit or partial_fit)")
+
+
 class ModelState:
     """Topic-word statistics, hyperparameters and counters shared by all engines."""
 

@@ -242,3 +242,21 @@ def test_memoized_batch_key_type_is_checked(lda):
         m.partial_fit(docs[:10], batch_key=("a", 1))
     with pytest.raises(RuntimeError, match="memoized"):
         TopicModel(n_topics=3).elbo()
+
+
+@pytest.mark.parametrize("engine", ["lsparse", "alias"])
+def test_inference_before_any_topics_says_so(engine):
+    """A model that has learned no topics raised ZeroDivisionError from deep in a kernel on
+    transform, predict and a partial_fit of wordless documents; now NotFittedError says what to
+    do. fit on a corpus without words leaves the model as it was, on both engines."""
+    from streamtopics import NotFittedError
+
+    m = TopicModel(n_topics=5, engine=engine)
+    for call in (lambda: m.transform(["space nasa"]), lambda: m.partial_fit(["", "   "])):
+        with pytest.raises(NotFittedError, match="no topics yet"):
+            call()
+    with pytest.raises(NotFittedError):
+        TopicModel(n_topics=5, engine=engine, supervision="hinge").predict(["space nasa"])
+    assert m.fit([]).version == 0 and m.fit(["", " "]).version == 0
+    m.partial_fit(["space shuttle orbit nasa launch", "court judge law ruling"])
+    assert m.transform(["space nasa"]).shape == (1, 5)

@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..state import require_topics
 from ..summary import LocalResult, Summary
 from .alias_core import (INIT_TABLE, INIT_UNIFORM, S_CHANGED, S_EXP_DOCS, S_REBUILDS, SamplerArrays,  # noqa: F401
                          SweepHook, acceptance, check_mh_steps, check_tries, default_tries, resolve_steps, run_chain)
@@ -235,6 +236,7 @@ class AliasEngine:
         augmentation is redrawn before every sweep from their current zbar (with the head's
         current eta sample) and each sweep samples the regularised conditional; eta stays fixed
         (model.py calls head.update)."""
+        require_topics(state)
         K = state.n_topics
         D = batch.n_docs
         U = batch.uniq.shape[0]

@@ -44,6 +44,7 @@ import numpy as np
 from .._numeric import digamma, select_top
 from ..jit_cache import njit
 from ..parallel import ThreadRunner, claimed
+from ..state import require_topics
 from ..summary import LocalResult, Summary, summarize_sparse
 
 # Below this sum of the winners' exps the multiplicative domain has lost its precision
@@ -824,6 +825,7 @@ class LSparseEngine:
         final expected augmentation.  Without them the result is the unsupervised step's, bit for bit.
         ``alpha``: the document Dirichlet to use instead of ``state.alpha`` (the classifier's
         mean-field features, ``features.MeanFieldFeatures``)."""
+        require_topics(state)
         runner = self.runner
         C = state.expected_log_phi(batch.uniq, runner=runner)
         sup = head is not None and targets is not None and head.n_labels > 0
