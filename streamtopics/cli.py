@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import threading
@@ -249,6 +250,38 @@ def _print_classifier(c: dict | None, topics: list[list[str]], max_labels: int =
         print(f"    ... and {len(c['labels']) - max_labels} more (--json lists them all)")
 
 
+def _positive(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    return _int_at_least(text, 1)
+
+
+def _non_negative(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    return _int_at_least(text, 0)
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < low:
+        raise argparse.ArgumentTypeError(f"must be at least {low} (got {v})")
+    return v
+
+
+def _finite_json(obj) -> Any:
+    """``obj`` with non-finite floats as null: JSON has no NaN (a model with no words yet has an
+    undefined diversity)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_json(v) for v in obj]
+    return obj
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import pyldavis_data, topics_csv, topics_json
     from .model import load_snapshot
@@ -259,17 +292,25 @@ def cmd_export(args: argparse.Namespace) -> int:
     except (SnapshotError, ValueError, KeyError) as exc:
         _err(f"error: cannot load {args.snapshot}: {exc}")
         return EXIT_USAGE
-    if args.format == "pyldavis":
-        text = json.dumps(pyldavis_data(model, max_terms=args.max_terms or None))
-    elif args.format == "json":
-        text = json.dumps(topics_json(model, args.top), indent=2, default=str)
-    else:
-        text = topics_csv(model, args.top)
+    try:
+        if args.format == "pyldavis":
+            text = json.dumps(pyldavis_data(model, max_terms=args.max_terms or None), allow_nan=False)
+        elif args.format == "json":
+            text = json.dumps(_finite_json(topics_json(model, args.top)), indent=2, default=str, allow_nan=False)
+        else:
+            text = topics_csv(model, args.top)
+    except ValueError as exc:  # e.g. a model with no vocabulary yet has nothing for pyLDAvis
+        _err(f"error: cannot export {args.snapshot} as {args.format}: {exc}")
+        return EXIT_USAGE
     if args.output in (None, "-"):
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    else:
+        return EXIT_OK
+    try:
         Path(args.output).write_text(text, encoding="utf-8")
-        print(f"wrote {args.output} ({args.format}, {model.n_topics} topics)", file=sys.stderr)
+    except OSError as exc:
+        _err(f"error: cannot write {args.output}: {exc.strerror or exc}")
+        return EXIT_USAGE
+    print(f"wrote {args.output} ({args.format}, {model.n_topics} topics)", file=sys.stderr)
     return EXIT_OK
 
 
@@ -634,11 +675,11 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Start a local tansu broker, stream the 20 Newsgroups train split (bundled "
                                    "Reuters R8 when 20NG is absent) into it, run the daemon on it, print progress, "
                                    "a summary, the topics and the final snapshot. Everything stops on exit.")
-    d.add_argument("--docs", type=int, default=None, metavar="N", help="only the first N documents")
-    d.add_argument("--topics", type=int, default=20, metavar="K",
+    d.add_argument("--docs", type=_positive, default=None, metavar="N", help="only the first N documents")
+    d.add_argument("--topics", type=_positive, default=20, metavar="K",
                    help="number of topics (default 20, one per newsgroup; the config's n_topics otherwise "
                         "is sized for production streams)")
-    d.add_argument("--batch", type=int, default=None, metavar="N", help="documents per minibatch (config default)")
+    d.add_argument("--batch", type=_positive, default=None, metavar="N", help="documents per minibatch (config default)")
     d.add_argument("--config", default=None, metavar="FILE", help="base configuration (default: the packaged streamtopics/data/streamtopics.toml)")
     d.add_argument("--dir", default="var/demo", help="where snapshots and the daemon log go (default var/demo)")
     d.add_argument("--every", type=float, default=1.0, metavar="S", help="seconds between progress lines")
@@ -656,14 +697,14 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--topic", required=True)
     pr.add_argument("--corpus", choices=("20ng", "r8"), help="a bundled corpus instead of a file")
     pr.add_argument("--split", choices=("train", "test"), default="train", help="corpus split (default train)")
-    pr.add_argument("--limit", type=int, default=None, metavar="N", help="at most N documents")
-    pr.add_argument("--partitions", type=int, default=1, help="partitions when the topic is created (default 1)")
+    pr.add_argument("--limit", type=_positive, default=None, metavar="N", help="at most N documents")
+    pr.add_argument("--partitions", type=_positive, default=1, help="partitions when the topic is created (default 1)")
     pr.add_argument("--no-create", action="store_true", help="do not create the topic")
     pr.set_defaults(func=cmd_produce)
 
     i = sub.add_parser("inspect", help="model facts and top words of a snapshot")
     i.add_argument("snapshot", metavar="SNAPSHOT")
-    i.add_argument("--top", type=int, default=10, metavar="N", help="words per topic (default 10)")
+    i.add_argument("--top", type=_positive, default=10, metavar="N", help="words per topic (default 10)")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.set_defaults(func=cmd_inspect)
 
@@ -675,8 +716,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("snapshot", metavar="SNAPSHOT")
     e.add_argument("--format", choices=("pyldavis", "json", "csv"), required=True)
     e.add_argument("-o", "--output", default=None, metavar="FILE", help="output file (default stdout)")
-    e.add_argument("--top", type=int, default=10, metavar="N", help="json/csv: words per topic (default 10)")
-    e.add_argument("--max-terms", type=int, default=5000, metavar="N",
+    e.add_argument("--top", type=_positive, default=10, metavar="N", help="json/csv: words per topic (default 10)")
+    e.add_argument("--max-terms", type=_non_negative, default=5000, metavar="N",
                    help="pyldavis: keep the N most frequent terms (0 = all; default 5000)")
     e.set_defaults(func=cmd_export)
 

@@ -192,3 +192,28 @@ def test_demo_end_to_end_small(tmp_path):
     assert m.state.docs_seen == 300 and m.n_topics == 5
     assert (tmp_path / "demo" / "daemon.log").stat().st_size > 0
     assert time.monotonic() - t0 < 170
+
+
+def test_export_and_counts_fail_cleanly(tmp_path, capsys):
+    """A model with no words exported as JSON wrote NaN (not JSON) and as pyLDAvis a traceback; an
+    unwritable output path a traceback; negative counts (--top -3) were taken. Now: valid JSON
+    (null where a figure is undefined), one-line errors with exit 2, and argparse refusals."""
+    import pytest
+
+    empty = tmp_path / "empty.stsnap"
+    TopicModel(n_topics=3).save(empty)
+    assert main(["export", str(empty), "--format", "json"]) == 0
+    view = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert view["diversity_top25"] is None and view["docs_seen"] == 0
+    assert main(["export", str(empty), "--format", "pyldavis"]) == 2
+    assert "no vocabulary yet" in capsys.readouterr().err
+    m = TopicModel(n_topics=3)
+    m.partial_fit(["space shuttle orbit nasa launch", "court judge law ruling appeal"])
+    m.save(tmp_path / "m.stsnap")
+    assert main(["export", str(tmp_path / "m.stsnap"), "--format", "csv", "-o", str(tmp_path / "no" / "x.csv")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: cannot write {tmp_path / 'no' / 'x.csv'}")
+    for argv in (["export", str(tmp_path / "m.stsnap"), "--format", "csv", "--top", "-3"],
+                 ["inspect", str(tmp_path / "m.stsnap"), "--top", "0"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2 and "must be at least 1" in capsys.readouterr().err
