@@ -573,7 +573,11 @@ class MetricsServer:
         server_cls = _Server
         if ":" in host:  # IPv6 literal
             server_cls = type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
-        self._server = server_cls((host, port), handler)
+        try:
+            self._server = server_cls((host, port), handler)
+        except OSError as exc:  # say which setting: the bare errno names neither the address nor the key
+            raise OSError(exc.errno, f"metrics endpoint {host}:{port}: {exc.strerror or exc} (set [metrics] host "
+                                     f"and port; port = 0 takes any free port)") from exc
         self.host = host
         self.port: int = self._server.server_address[1]
         self._stopped = False

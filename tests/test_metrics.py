@@ -205,3 +205,19 @@ def test_requests_are_not_logged_to_stderr(server, capfd):
     _get(f"{srv.url}/metrics")
     _get(f"{srv.url}/nope")
     assert capfd.readouterr().err == ""
+
+
+def test_a_metrics_port_in_use_names_the_address_and_the_setting():
+    """The daemon died with a bare "[Errno 98] Address already in use", naming neither the
+    address nor the key to change."""
+    import socket
+
+    import pytest
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(OSError, match=rf"metrics endpoint 127\.0\.0\.1:{port}: .*\[metrics\] host and port") as e:
+            MetricsServer(Metrics(), "127.0.0.1", port)
+        assert e.value.errno is not None
