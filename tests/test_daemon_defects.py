@@ -192,3 +192,19 @@ def test_the_same_stop_signal_delivered_twice_keeps_the_graceful_stop():
     now[0] += SAME_REQUEST_S
     handler(signal.SIGINT, None)  # the operator insists
     assert exits == [128 + signal.SIGINT]
+
+
+def test_a_label_past_the_cap_is_a_dead_letter_not_a_failed_batch(tmp_path):
+    """With [model.supervision] max_labels (overflow refused) a batch holding more new labels
+    than room failed whole in the model, every time, so the classifier never learned a label and
+    the daemon nothing. Now new labels are admitted in batch order while there is room and the
+    documents past the cap are bad_label dead letters."""
+    cfg = _cfg(tmp_path)
+    model = model_from_config(dataclasses.replace(cfg.model, supervision="hinge", sup_max_labels=2))
+    labels = ["oil", "rates", "grain", "oil", "shares"]
+    records, decoded = _labelled(list(zip(FIRST + GOOD[:1], labels)))
+    out = BatchProcessor("hinge").run(model, records, decoded, "k0")
+    assert out.error is None and out.step.keep == [0, 1, 2]
+    assert [(dl.reason, dl.offset) for dl in out.dead] == [("bad_label", 2), ("bad_label", 4)]
+    assert "would exceed the classifier's max_labels = 2" in out.dead[0].detail
+    assert model.label_names == ["oil", "rates"] and model.state.docs_seen == 3

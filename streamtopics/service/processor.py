@@ -28,7 +28,8 @@ import numpy as np
 from ..model import reading_ahead
 from ..stream.codec import DeadLetter, Document, decode_message, encode_document, is_array_message
 
-__all__ = ["BatchOutcome", "BatchProcessor", "Decoded", "RecordDecoder", "StepResult", "fit_targets", "targets_of"]
+__all__ = ["BatchOutcome", "BatchProcessor", "Decoded", "RecordDecoder", "StepResult", "fit_targets",
+           "over_capacity", "targets_of"]
 
 log = logging.getLogger("streamtopics.daemon")
 
@@ -115,6 +116,28 @@ def fit_targets(targets: list, task: str | None) -> tuple[list, dict[int, str]]:
     return out, bad
 
 
+def over_capacity(targets: list, labels) -> dict[int, str]:
+    """{position: why} of the documents whose labels would overflow a capped label vocabulary
+    (``labels``: the classifier's ``LabelVocabulary``) that refuses the overflow
+    (``on_overflow="error"``): new labels are admitted in batch order while there is room, so one
+    document with a label too many is dead-lettered instead of failing its whole batch (which left
+    a capped classifier with no label at all)."""
+    cap = labels.max_labels
+    if cap is None or labels.on_overflow != "error":
+        return {}
+    admitted, bad = set(labels), {}
+    for i, t in enumerate(targets):
+        if t is None:
+            continue
+        new = [x for x in dict.fromkeys([t] if isinstance(t, str) else t) if x not in admitted]
+        if len(admitted) + len(new) > cap:
+            bad[i] = (f"new label(s) {', '.join(repr(x) for x in new[:3])} would exceed the classifier's "
+                      f"max_labels = {cap} (it has {len(admitted)}: set [model.supervision] max_labels)")
+        else:
+            admitted.update(new)
+    return bad
+
+
 @dataclass
 class StepResult:
     """What the model made of some positions of a batch."""
@@ -196,7 +219,10 @@ class BatchProcessor:
         if targets is not None and self.supervision != "regression":
             head = getattr(model, "head", None)
             targets, misfit = fit_targets(targets, None if head is None else head.task)
-            for i, why in misfit.items():
+            if head is not None:
+                misfit.update(over_capacity([None if i in misfit else t for i, t in enumerate(targets)],
+                                            head.labels))
+            for i, why in sorted(misfit.items()):
                 rec, idx = srcs[i]
                 dead.append(DeadLetter("bad_label", why, idx, rec.topic, rec.partition, rec.offset,
                                        rec.value if idx is None else encode_document(docs[i])))
