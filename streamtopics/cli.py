@@ -536,7 +536,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         create_topics(broker.bootstrap, {t.input: 1, t.output: 1, t.dead_letter: 1})
 
         t0 = time.perf_counter()
-        _demo_produce(broker.bootstrap, t.input, corpus)
+        _demo_produce(broker.bootstrap, t.input, corpus, json_text=cfg.input.format == "json")
         dt = time.perf_counter() - t0
         print(f"produced    {n:,} documents into {t.input!r} in {dt:.1f} s ({n / max(dt, 1e-9):,.0f} docs/s)",
               flush=True)
@@ -606,7 +606,9 @@ def _sigterm_interrupts() -> None:
         signal.signal(signal.SIGINT, interrupt)
 
 
-def _demo_produce(bootstrap: str, topic: str, corpus) -> None:
+def _demo_produce(bootstrap: str, topic: str, corpus, json_text: bool = False) -> None:
+    """The corpus as one message per document: msgpack, or JSON text when the configuration
+    reads only JSON (``input.format = "json"``; "auto" reads both)."""
     import msgpack
     from kafka import KafkaProducer
 
@@ -614,7 +616,8 @@ def _demo_produce(bootstrap: str, topic: str, corpus) -> None:
                              compression_type="zstd", enable_idempotence=False)
     try:
         for d in corpus:
-            producer.send(topic, msgpack.packb({"id": d.id, "text": d.text, "label": d.label}, use_bin_type=True))
+            doc = {"id": d.id, "text": d.text, "label": d.label}
+            producer.send(topic, json.dumps(doc).encode() if json_text else msgpack.packb(doc, use_bin_type=True))
         producer.flush(timeout=120)
     finally:
         producer.close(timeout=5)

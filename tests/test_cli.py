@@ -174,6 +174,30 @@ def test_produce_jsonl_text_and_corpus(broker, tmp_path, capsys):
     assert main(["produce", "--bootstrap", broker.bootstrap, "--topic", topic]) == 2  # neither file nor corpus
 
 
+def test_the_demo_sends_json_to_a_configuration_that_reads_json(broker):
+    """demo --config with input.format = "json" sent msgpack, so every document was a
+    malformed_json dead letter and the demo ended with an empty model and exit 0."""
+    from streamtopics.cli import _demo_produce
+    from streamtopics.stream.codec import Limits, decode_message
+
+    r8 = load_reuters_r8("train")[:3]
+    from streamtopics.testing.broker import create_topics
+
+    topic = f"cli-json-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+    create_topics(broker.bootstrap, {topic: 1})  # the demo creates its topics first too
+    _demo_produce(broker.bootstrap, topic, r8, json_text=True)
+    c = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        raws, deadline = [], time.monotonic() + 10
+        while len(raws) < 3 and time.monotonic() < deadline:
+            raws += [r.value for rs in c.poll(timeout_ms=200).values() for r in rs]
+    finally:
+        c.close()
+    docs = [decode_message(v, Limits(), fmt="json") for v in raws]
+    assert [(d[0][0].id, d[0][0].label, d[1]) for d in docs] == [(x.id, x.label, []) for x in r8]
+
+
 # --------------------------------------------------------------------------- demo
 
 
