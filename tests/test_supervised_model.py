@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from streamtopics import TopicModel
+from streamtopics.corpora import load_reuters_r8
 from streamtopics.batch import batch_from_arrays
 from streamtopics.engines.lsparse import LOGISTIC, HINGE, REGRESSION, LSparseEngine, _sup_coefs, _sup_weights
 from streamtopics.model import load_snapshot
@@ -364,3 +365,15 @@ def test_classifier_forgets_at_the_topics_rate(corpus):
     with pytest.raises(ValueError, match="decay"):
         TopicModel(n_topics=4, supervision="hinge", sup_decay=1.5)
 
+
+
+@pytest.mark.parametrize("supervision", ["hinge", "regression"])
+def test_a_document_without_known_words_gets_no_prediction(supervision):
+    """predict on a document none of whose words the model knows returned the first label (every
+    score 0, argmax 0): a confident-looking answer from nothing. Now None (regression too)."""
+    docs = load_reuters_r8("train")[:200]
+    m = TopicModel(n_topics=6, seed=0, supervision=supervision)
+    m.partial_fit([d.text for d in docs], labels=[d.label if supervision == "hinge" else float(i % 5)
+                                                  for i, d in enumerate(docs)])
+    got = m.predict(["", "zzqx qwzzx", docs[0].text])
+    assert got[:2] == [None, None] and got[2] is not None

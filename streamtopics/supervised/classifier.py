@@ -679,15 +679,17 @@ class SupervisedHead:
 
     def predict(self, zbar) -> list:
         """multi-class: argmax label (None if no label is known yet); multi-label: the labels
-        with a positive score; regression: floats."""
+        with a positive score; regression: floats. A document with no topic mass (none of its
+        words known to the model) gets no prediction: None ([] multi-label), not the first label."""
         S = self.scores(zbar)
+        blank = ~(np.asarray(zbar, dtype=np.float64).sum(axis=1) > 0)
         if self.task == "regression":
-            return [float(v) for v in S[:, 0]]
+            return [None if b else float(v) for v, b in zip(S[:, 0], blank)]
         if self.n_labels == 0:
             return [None if self.task != "multilabel" else [] for _ in range(S.shape[0])]
         if self.task == "multilabel":
-            return [[self.labels[i] for i in np.flatnonzero(row > 0)] for row in S]
-        return self.labels.decode(np.argmax(S, axis=1))
+            return [[] if b else [self.labels[i] for i in np.flatnonzero(row > 0)] for row, b in zip(S, blank)]
+        return [None if b else lab for lab, b in zip(self.labels.decode(np.argmax(S, axis=1)), blank)]
 
     # ------------------------------------------------------------------ variational coefficients
     def expected_coefficients(self, e_omega, e_omega_sq, targets) -> tuple[np.ndarray, np.ndarray]:
