@@ -199,8 +199,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"created     {facts['created']}")
     print(f"version     {facts['version']} global updates")
     print(f"documents   {facts['docs_seen']:,} seen ({int(facts['tokens_seen']):,} tokens)")
+    sparsity = f"sparsity={p['sparsity']}, " if model.engine == "lsparse" else ""
     print(f"model       K={facts['n_topics']} topics, V={facts['vocabulary']:,} words, engine={model.engine}, "
-          f"update={model.update}, sparsity={p['sparsity']}, alpha={facts['alpha']:.4g} "
+          f"update={model.update}, {sparsity}alpha={facts['alpha']:.4g} "
           f"({'learned' if facts['alpha_learned'] else 'fixed'}), beta={facts['beta']:.4g}")
     offs = facts["offsets"]
     print("offsets     " + (", ".join(f"{k} -> {v}" for k, v in sorted(offs.items())) if offs else "none"))
@@ -532,6 +533,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 p.unlink()
         snap_dir.mkdir(parents=True, exist_ok=True)
         cfg, cfg_path = _demo_config(broker.bootstrap, args, snap_dir)
+        if cfg.model.supervision == "regression":
+            print("note        the corpus has labels, not numeric responses: the regression model learns its "
+                  "topics, its regressor nothing (a hinge or logistic config learns the labels)", flush=True)
         t = cfg.topics
         create_topics(broker.bootstrap, {t.input: 1, t.output: 1, t.dead_letter: 1})
 
