@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import threading
@@ -271,20 +270,8 @@ def _int_at_least(text: str, low: int) -> int:
     return v
 
 
-def _finite_json(obj) -> Any:
-    """``obj`` with non-finite floats as null: JSON has no NaN (a model with no words yet has an
-    undefined diversity)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite_json(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite_json(v) for v in obj]
-    return obj
-
-
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import pyldavis_data, topics_csv, topics_json
+    from .export import json_safe, pyldavis_data, topics_csv, topics_json
     from .model import load_snapshot
     from .snapshot import SnapshotError
 
@@ -297,7 +284,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.format == "pyldavis":
             text = json.dumps(pyldavis_data(model, max_terms=args.max_terms or None), allow_nan=False)
         elif args.format == "json":
-            text = json.dumps(_finite_json(topics_json(model, args.top)), indent=2, default=str, allow_nan=False)
+            text = json.dumps(json_safe(topics_json(model, args.top)), indent=2, default=str, allow_nan=False)
         else:
             text = topics_csv(model, args.top)
     except ValueError as exc:  # e.g. a model with no vocabulary yet has nothing for pyLDAvis

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .export import json_safe
 from .quality import CoherenceMonitor, QualityReport, top_word_ids, top_word_ids_rows
 from .trends import TopicEvents
 
@@ -156,7 +157,7 @@ class TopicExplorer:
             "topics": table,
         }
         for key, value in (status or {}).items():
-            view[key] = _clean(value)
+            view[key] = json_safe(value)
         seconds = time.perf_counter() - t0
         # publish: one reference assignment of a new (view, JSON cache) pair; readers take it once
         self._published = (view, [None])
@@ -261,19 +262,6 @@ def _asset(name: str) -> bytes:
 
 def _jsonable_id(x):
     return x if isinstance(x, (str, int)) and not isinstance(x, bool) else str(x)
-
-
-def _clean(v):
-    """JSON-safe copy: NaN/inf -> None, tuples -> lists, numpy scalars -> Python."""
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if isinstance(v, dict):
-        return {str(k): _clean(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
-    return v
 
 
 def _default(o):

@@ -23,13 +23,29 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from typing import Any
 
 import numpy as np
 
 from .quality import top_word_ids, topic_diversity
 
-__all__ = ["classifier_json", "pyldavis_data", "topics_json", "topics_rows", "topics_csv", "snapshot_quality"]
+__all__ = ["classifier_json", "json_safe", "pyldavis_data", "topics_json", "topics_rows", "topics_csv",
+           "snapshot_quality"]
+
+
+def json_safe(v):
+    """JSON-safe copy: NaN/inf -> None (JSON has none: a model with no words yet has an undefined
+    diversity), tuples -> lists, numpy scalars -> Python."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {str(k): json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_safe(x) for x in v]
+    return v
 
 
 def pyldavis_data(model, max_terms: int | None = 5000) -> dict[str, Any]:
@@ -98,10 +114,9 @@ def classifier_json(model, top_topics: int = 3) -> dict[str, Any] | None:
         return None
     eta = np.asarray(head.eta_mean, dtype=np.float64)[: head.n_labels]
     names = list(head.labels.labels) if head.task != "regression" else ["response"] * eta.shape[0]
-    n = max(0, min(int(top_topics), eta.shape[1] if eta.ndim == 2 else 0))
     labels = []
     for name, row in zip(names, eta):
-        order = np.argsort(-row, kind="stable")[:n]
+        order = np.argsort(-row, kind="stable")[: max(0, int(top_topics))]
         labels.append({"label": name, "topics": [[int(k), float(row[k])] for k in order]})
     return {"loss": head.loss, "task": head.task, "features": getattr(model, "features", None),
             "labelled_docs": int(head.docs_seen), "updates": int(head.n_updates), "n_labels": int(head.n_labels),

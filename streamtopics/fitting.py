@@ -82,9 +82,16 @@ def fit(model, docs, labels=None, *, n_iter: int | None = None, tol: float = FIT
             labels = None
     if not (isinstance(tol, (int, float, np.integer, np.floating)) and tol >= 0):
         raise ValueError(f"tol must be a number >= 0 (got {tol!r})")
+    if model.engine != "alias" and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+                                    or batch_size < 1):
+        raise ValueError(f"batch_size must be an integer >= 1 (got {batch_size!r})")
+    model.reset()
+    tokens = model.tokenize(docs)
+    if not any(tokens):  # nothing to learn from, on either engine: the model stays as reset
+        return model
     if model.engine != "alias":
-        return fit_laps(model, docs, labels, FIT_MAX_LAPS if n_iter is None else int(n_iter), tol, batch_size)
-    return fit_sweeps(model, docs, labels, FIT_SWEEPS if n_iter is None else int(n_iter), tol)
+        return fit_laps(model, tokens, labels, FIT_MAX_LAPS if n_iter is None else int(n_iter), tol, batch_size)
+    return fit_sweeps(model, tokens, labels, FIT_SWEEPS if n_iter is None else int(n_iter), tol)
 
 
 def fit_stop_rule(tol: float, window: int = FIT_WINDOW):
@@ -104,12 +111,10 @@ def fit_stop_rule(tol: float, window: int = FIT_WINDOW):
     return stop
 
 
-def fit_sweeps(model, docs, labels, n_sweeps: int, tol: float = FIT_TOL):
-    """``fit`` of the sampling engine: collapsed sweeps over the whole corpus (see ``fit``)."""
-    model.reset()
-    batch = model.prepare(model.tokenize(docs), grow=True)
-    if batch.n_tokens == 0:  # nothing to learn from (as the variational laps): the model stays as reset
-        return model
+def fit_sweeps(model, tokens, labels, n_sweeps: int, tol: float = FIT_TOL):
+    """``fit`` of the sampling engine on the reset ``model``'s ``tokens``: collapsed sweeps over the
+    whole corpus (see ``fit``)."""
+    batch = model.prepare(tokens, grow=True)
     seed = int(model.rng.integers(1 << 62))
     if labels is None:
         model.last_stats = model.local_step.fit_state(model.state, batch, int(n_sweeps), seed=seed)
@@ -141,14 +146,9 @@ def fit_sweeps(model, docs, labels, n_sweeps: int, tol: float = FIT_TOL):
     return model
 
 
-def fit_laps(model, docs, labels, max_laps: int, tol: float, batch_size: int):
-    """``fit`` of the variational engine: laps of ``process`` over fixed minibatches (see ``fit``)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1 (got {batch_size!r})")
-    model.reset()  # tol was checked by fit
-    tokens = model.tokenize(docs)
-    if not any(tokens):  # nothing to learn from: the model stays as reset
-        return model
+def fit_laps(model, tokens, labels, max_laps: int, tol: float, batch_size: int):
+    """``fit`` of the variational engine on the reset ``model``'s ``tokens``: laps of ``process``
+    over fixed minibatches (see ``fit``; tol and batch_size were checked there)."""
     memoized = isinstance(model.updater, MemoizedUpdate)
     keep_batches = model.options.vocabulary.cap is None
     spans = [(lo, min(lo + batch_size, len(tokens))) for lo in range(0, len(tokens), batch_size)]

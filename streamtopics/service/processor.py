@@ -27,6 +27,7 @@ import numpy as np
 
 from ..model import reading_ahead
 from ..stream.codec import DeadLetter, Document, decode_message, encode_document, is_array_message
+from ..supervised.targets import infer_task
 
 __all__ = ["BatchOutcome", "BatchProcessor", "Decoded", "RecordDecoder", "StepResult", "fit_targets",
            "over_capacity", "targets_of"]
@@ -99,9 +100,7 @@ def fit_targets(targets: list, task: str | None) -> tuple[list, dict[int, str]]:
     first in a stream, turn every later one into a failure: a ``label`` is a one-label list for a
     multi-label model, a one-label ``labels`` list is its label for a multi-class one. Returns
     (the targets, {position: why} of those that cannot fit: several labels for a multi-class model)."""
-    if task is None:
-        first = next((t for t in targets if t is not None), None)
-        task = None if first is None else ("multiclass" if isinstance(first, str) else "multilabel")
+    task = task or infer_task(targets)
     out, bad = list(targets), {}
     for i, t in enumerate(targets):
         if task == "multilabel" and isinstance(t, str):

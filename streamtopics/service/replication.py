@@ -450,7 +450,8 @@ class Replica:
         provisional ids left out); the rows touched since the last call join its candidates."""
         keep = batch.word_ids < n_known
         ends = np.concatenate([[0], np.cumsum(keep)])
-        touched, self._touched = np.flatnonzero(self._touched), np.zeros(self._touched.size, dtype=np.bool_)
+        touched = np.flatnonzero(self._touched)
+        self._touched[touched] = False
         uniq = np.union1d(batch.uniq[batch.uniq < n_known], touched)
         return Observed(ends[batch.doc_ptr], batch.word_ids[keep], uniq, np.empty(0, np.int64), batch.n_docs)
 
