@@ -142,6 +142,7 @@ class TopicExplorer:
         view = {
             "status": "ok",
             "model_version": int(model.version),
+            "quality_version": int(model.version),  # the version coherence was measured at
             "n_topics": int(model.n_topics),
             "docs_seen": int(st.docs_seen),
             "vocabulary": int(st.n_words),
@@ -162,6 +163,30 @@ class TopicExplorer:
         # publish: one reference assignment of a new (view, JSON cache) pair; readers take it once
         self._published = (view, [None])
         return Observation(quality, prevalence, rising, fading, events, seconds)
+
+    def refresh(self, model, min_age_s: float = 1.0) -> bool:
+        """Bring the view's topics up to ``model`` when it changed without a batch of ours (a
+        replica applying other replicas' update records while its own partitions are idle) and
+        the view is at least ``min_age_s`` old: top words, weights and prevalence from a full
+        scan; coherence, series and examples stay those of the last batch (``quality_version``
+        says which).  While batches flow ``observe`` keeps the view fresh, so this does nothing.
+        Returns whether a new view was published."""
+        view = self.view
+        if (view.get("status") != "ok" or model is not self._model or view["model_version"] == model.version
+                or time.time() - view["updated"] < min_age_s or not model.state.initialized):
+            return False
+        st = model.state
+        self._top = top_word_ids(st.mu[: st.n_words], 25)
+        self._since_full = 0
+        old = view["topics"]
+        table = topic_table(model, self.top_n, self._top)
+        for t, o in zip(table, old):
+            t.update({key: o[key] for key in ("npmi", "prevalence_series", "examples")})
+        new = {**view, "model_version": int(model.version), "docs_seen": int(st.docs_seen),
+               "vocabulary": int(st.n_words), "updated": time.time(), "topics": table,
+               "quality_version": view.get("quality_version", view["model_version"])}
+        self._published = (new, [None])
+        return True
 
     def _top_ids(self, model, batch) -> np.ndarray:
         """Each topic's top-25 word ids after the batch.

@@ -71,12 +71,14 @@ def test_two_replicas_learn_one_model_exactly_once(broker, fresh_topic, tmp_path
         # the explorer and topic metrics follow a replica's batches (they stayed empty: no batch
         # reached them), its top words those of the model it holds
         for d in (a, b):
+            # records applied after the replica's own last batch: the view follows within a
+            # quiet second (TopicExplorer.refresh), so it is of the model the replica holds
+            _wait(lambda: d.explorer.view.get("model_version") == d.model.version, 15, "the explorer follows")
             view = d.explorer.view
             assert view["status"] == "ok" and len(view["topics"]) == a.model.n_topics, view.get("status")
             assert d.explorer.monitor.last is not None and np.isfinite(d.explorer.monitor.last.diversity)
-            # the view is of the model at the replica's last batch; a few records came after it
             top = [t["top_words"][:5] for t in view["topics"]]
-            assert sum(set(w) <= set(d.model.top_words(k, 10)) for k, w in enumerate(top)) >= len(top) - 1
+            assert all(set(w) <= set(d.model.top_words(k, 10)) for k, w in enumerate(top))
     # every document predicted at least once, by the model version (update offset) it was made at
     preds = [msgpack.unpackb(r.value) for r in _read_all(broker.bootstrap, topics["output"], want=n, timeout_s=30)]
     assert {p["id"] for p in preds} == {d["id"] for d in docs}

@@ -234,3 +234,40 @@ def test_explorer_alone_on_a_library_model():
     assert ex.route("/nope") is None
     page = ex.route("/topics")[1]
     assert b"/*INITIAL_VIEW*/null" not in page and b'"model_version": 8' in page
+
+
+def test_refresh_follows_a_model_that_changed_without_a_batch_of_ours():
+    """A replica whose partitions are idle still applies the others' records: after a quiet
+    second its /topics shows the model it holds, keeping the last batch's coherence."""
+    docs = load_reuters_r8("train")[:600]
+    m = TopicModel(n_topics=6, seed=3)
+    ex = TopicExplorer(window_docs=100)
+    assert not ex.refresh(m, min_age_s=0.0)  # nothing observed yet: nothing to refresh
+
+    def learn(part):
+        batch = m.prepare(m.tokenize([d.text for d in part]), grow=True)
+        return batch, m.process(batch, learn=True)
+
+    for i in range(0, 200, 50):
+        batch, res = learn(docs[i:i + 50])
+        ex.observe(m, batch, m.theta(res.doc_topic), [d.id for d in docs[i:i + 50]], [d.text for d in docs[i:i + 50]])
+    before = ex.view
+    assert before["quality_version"] == before["model_version"] == m.version
+    assert not ex.refresh(m, min_age_s=0.0)  # the same model version: nothing to do
+    for i in range(200, 600, 50):  # learned elsewhere (another replica's records), not observed
+        learn(docs[i:i + 50])
+    assert not ex.refresh(m, min_age_s=3600.0)  # a fresh view is left alone (batches keep it fresh)
+    assert ex.view is before
+    assert ex.refresh(m, min_age_s=0.0)
+    view = ex.view
+    assert view["model_version"] == m.version != before["model_version"]
+    assert view["quality_version"] == before["model_version"] and view["docs_seen"] == m.state.docs_seen
+    full = top_word_ids(m.state.mu[: m.state.n_words], 10)
+    assert [t["top_words"] for t in view["topics"]] == [[m.vocabulary[i] for i in r] for r in full]
+    assert [t["npmi"] for t in view["topics"]] == [t["npmi"] for t in before["topics"]]
+    assert json.loads(ex.route("/v1/topics")[1])["model_version"] == m.version
+    # and the next observed batch goes on from the refreshed top words
+    batch, res = learn(docs[:50])
+    ex.observe(m, batch, m.theta(res.doc_topic), [d.id for d in docs[:50]], [d.text for d in docs[:50]])
+    full = top_word_ids(m.state.mu[: m.state.n_words], 10)
+    assert [t["top_words"] for t in ex.view["topics"]] == [[m.vocabulary[i] for i in r] for r in full]

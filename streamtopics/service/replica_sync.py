@@ -424,6 +424,7 @@ class ReplicaMode:
                 self.telemetry.on_model(self.replica.model)
         except Exception as exc:  # noqa: BLE001 - the broker away, or a slow log: next time
             log.warning("update log: catching up failed; retrying", extra={"error": repr(exc)})
+        self.telemetry.refresh_topics(self.replica.model)  # idle partitions: /topics still follows
 
     def finish(self) -> None:
         """Graceful stop: apply the log to its end, so the final snapshot is as fresh as it can be."""

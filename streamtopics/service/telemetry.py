@@ -207,6 +207,16 @@ class Telemetry:
         self.metrics.topic_events.inc(len(obs.events))
         return obs.events
 
+    def refresh_topics(self, model) -> None:
+        """Between batches: the explorer's view follows a model that changed without a batch
+        (a replica applying the others' records; ``TopicExplorer.refresh``; never fatal)."""
+        if self.explorer is None:
+            return
+        try:
+            self.explorer.refresh(model)
+        except Exception:  # noqa: BLE001 - a view is not worth the loop
+            log.exception("topic explorer refresh failed")
+
     def quality_summary(self) -> dict | None:
         return self.explorer.summary() if self.explorer is not None else None
 
