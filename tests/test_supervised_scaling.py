@@ -20,7 +20,8 @@ def test_rule_scales_with_document_length_topics_and_response():
     assert r2["prior_var"] == pytest.approx(100 * r1["prior_var"])
     st = ScaleStats()
     st.observe([10, 30], [1.0, 3.0])
-    assert st.mean_doc_len == 20.0 and st.response_moments() == pytest.approx((1.0, np.sqrt(5.0)))
+    # robust: median 2, MAD 1 (x 1.4826 for a normal sd), rms sqrt(median^2 + sd^2)
+    assert st.mean_doc_len == 20.0 and st.response_moments() == pytest.approx((1.4826, np.hypot(2.0, 1.4826)))
 
 
 def test_head_calibrates_on_labelled_documents_and_explicit_values_override():
@@ -73,6 +74,65 @@ def test_regression_defaults_are_invariant_to_the_response_unit():
     np.testing.assert_allclose(preds[1], 10.0 * preds[0], rtol=1e-6, atol=1e-9)
     yt = np.array(y[120:])
     assert 1 - np.sum((yt - preds[0]) ** 2) / np.sum((yt - yt.mean()) ** 2) > 0.8
+
+
+def _unit_regression_docs(n=160, seed=1):
+    rng = np.random.default_rng(seed)
+    docs, y = [], []
+    for _ in range(n):
+        g = rng.random()
+        n1 = int(30 * g)
+        docs.append([f"a{v}" for v in rng.choice(15, n1)] + [f"b{v}" for v in rng.choice(15, 30 - n1)])
+        y.append(2.0 * g - 0.5 + 0.05 * rng.normal())
+    return docs, y
+
+
+def test_one_stray_response_does_not_set_the_regression_scale():
+    """A response of 1e6 among values near 1 (a price in cents, a typo) once set the response's
+    sd from a sum of squares: c fell 10^4-fold, nu^2 grew 10^9-fold, and the regressor's R^2 went
+    to -145x the oracle's for the rest of the stream. The scale is now robust (median, MAD)."""
+    docs, y = _unit_regression_docs()
+    r2 = {}
+    for name, stray in (("clean", None), ("stray", 1e6)):
+        labels = list(y)
+        if stray is not None:
+            labels[7] = stray
+        m = TopicModel(n_topics=3, supervision="regression", seed=0)
+        for lo in range(0, 120, 40):
+            m.partial_fit(docs[lo:lo + 40], labels=labels[lo:lo + 40])
+        yt, p = np.array(y[120:]), np.array(m.predict(docs[120:]))
+        r2[name] = 1 - np.sum((yt - p) ** 2) / np.sum((yt - yt.mean()) ** 2)
+        if stray is not None:
+            sd, rms = m.head.scale_stats.response_moments()
+            assert sd < 2.0 and rms < 2.0  # the sum of squares gives sd ~ 1e6 / sqrt(120)
+    assert r2["clean"] > 0.8 and r2["stray"] > r2["clean"] - 0.05, r2
+
+
+def test_the_response_sample_is_even_deterministic_and_bounded():
+    """Every replica applying the same responses, in whatever batches, holds the same sample:
+    the responses at indices 0, stride, 2 stride, ... of the stream."""
+    from streamtopics.supervised.scaling import SAMPLE_CAP, robust_scale
+
+    y = np.random.default_rng(0).normal(3.0, 2.0, size=5 * SAMPLE_CAP + 17)
+    a, b = ScaleStats(), ScaleStats()
+    a.observe(np.ones(y.size), y)
+    for lo, hi in ((0, 5), (5, 300), (300, 4099), (4099, y.size)):
+        b.observe(np.ones(hi - lo), y[lo:hi])
+    assert a.stride == b.stride == 8 and a.sample.size <= SAMPLE_CAP  # 10,257 / 4 > 2,048
+    np.testing.assert_array_equal(a.sample, y[::8])
+    np.testing.assert_array_equal(a.sample, b.sample)
+    assert a.response_moments() == b.response_moments()
+    sd, rms = a.response_moments()
+    assert sd == pytest.approx(2.0, rel=0.1) and rms == pytest.approx(np.hypot(3.0, 2.0), rel=0.1)
+    # ties: most responses one value (a rating); the MAD is 0, the trimmed sd is not
+    ratings = np.r_[np.full(70, 5.0), np.full(20, 4.0), np.full(10, 1.0)]
+    center, sd = robust_scale(ratings)
+    assert center == 5.0 and sd == pytest.approx(ratings.std(), rel=0.3) and sd > 0
+    # a state from before the sample (5 numbers): the moments, until responses arrive
+    old = ScaleStats.restore([2, 20.0, 2, 4.0, 10.0])
+    assert old.response_moments() == pytest.approx((1.0, np.sqrt(5.0)))
+    back = ScaleStats.restore(a.state())
+    assert back.stride == a.stride and np.array_equal(back.sample, a.sample)
 
 
 def _short_labelled_docs(n_docs=256, V=200, K0=5, seed=0):
