@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -422,8 +423,9 @@ def resolve(slot: str, value, flat: dict, default: str | None):
     ``default``) and the flat keywords of that slot (``flat``: keyword -> value).
 
     A flat keyword that the chosen kind does not have is validated and otherwise ignored, as
-    before (e.g. ``burn_in`` with the variational engine); one given beside an option object
-    raises, since the object is the whole setting."""
+    before (e.g. ``burn_in`` with the variational engine), with a warning when its value is
+    not the default (``get_params()`` lists every keyword, so its output must rebuild the model
+    silently); one given beside an option object raises, since the object is the whole setting."""
     kinds = SLOTS[slot]
     mine = {k: v for k, v in flat.items() if FLAT[k][0] == slot}
     if value is None:
@@ -431,6 +433,7 @@ def resolve(slot: str, value, flat: dict, default: str | None):
     if value is None:  # supervision=None: the sup_* keywords are only checked
         for k, v in mine.items():
             check_field(_owner(slot, FLAT[k][1]), FLAT[k][1], v, where="", label=k)
+            _warn_ignored(k, v, slot, None)
         return None
     if isinstance(value, _Option):
         if type(value) not in kinds.values():
@@ -450,11 +453,26 @@ def resolve(slot: str, value, flat: dict, default: str | None):
             kwargs[fld] = v
         else:
             check_field(_owner(slot, fld), fld, v, where="", label=k)
+            _warn_ignored(k, v, slot, value)
     try:
         return cls(**kwargs)
     except OptionError as e:  # name the keyword the caller used
         back = {FLAT[k][1]: k for k in mine}
         raise OptionError(back.get(e.name, e.name), e.must, e.value, where="") from None
+
+
+def _warn_ignored(name: str, value, slot: str, kind: str | None) -> None:
+    """A flat keyword the chosen kind has no use for, set to other than its default: say so
+    (``TopicModel(engine="alias", sparsity=4)`` would otherwise run as if it were not given)."""
+    default = flat_default(name)
+    same = (tuple(value) == tuple(default) if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple))
+            else value == default)
+    if same:
+        return
+    users = [k for k, cls in SLOTS[slot].items() if FLAT[name][1] in {f.name for f in dataclasses.fields(cls)}]
+    what = f"{slot}={kind!r}" if kind is not None else f"{slot}=None"
+    warnings.warn(f"{name}={value!r} is ignored with {what}: it applies to {slot}="
+                  f"{' or '.join(map(repr, users))}", UserWarning, stacklevel=5)
 
 
 def _slot_message(slot: str, value) -> str:

@@ -2,6 +2,9 @@
 keywords, the config tables that map onto them, and the typed batch result."""
 from __future__ import annotations
 
+import json
+import warnings
+
 import numpy as np
 import pytest
 
@@ -74,10 +77,22 @@ def test_flat_keywords_name_themselves_and_conflict_with_an_option_object():
         TopicModel(engine=Stochastic())
     with pytest.raises(TypeError, match="sparsty"):
         TopicModel(sparsty=4)
-    # a keyword of the other kind is checked, then ignored (as before the option objects)
+    # a keyword of the other kind is checked, then ignored (as before the option objects), with
+    # a warning unless it is at its default (get_params() lists every keyword and must rebuild
+    # the model silently, also through JSON, where tuples come back as lists)
     with pytest.raises(ValueError, match="burn_in"):
         TopicModel(burn_in=-1)
-    assert TopicModel(burn_in=7).options.engine == LSparse()
+    with pytest.warns(UserWarning, match="burn_in=7 is ignored with engine='lsparse': it applies to engine='alias'"):
+        assert TopicModel(burn_in=7).options.engine == LSparse()
+    with pytest.warns(UserWarning, match="sparsity=4 is ignored with engine='alias'"):
+        TopicModel(engine="alias", sparsity=4)
+    with pytest.warns(UserWarning, match="sup_c=5.0 is ignored with supervision=None"):
+        TopicModel(sup_c=5.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for m in (TopicModel(engine="alias", tries=(2, 3)), TopicModel(supervision="hinge", sparsity=4)):
+            TopicModel(**m.get_params())
+            TopicModel(**json.loads(json.dumps(m.get_params())))
 
 
 # -- one model, two spellings -----------------------------------------------------------------
