@@ -443,8 +443,25 @@ def load_config(path: str | Path | None, env: Mapping[str, str] = os.environ) ->
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
-            raise ConfigError([f"config error: {path} is not valid TOML: {e}"]) from None
+            raise ConfigError([f"config error: {path} is not valid TOML: {e}{_toml_hint(text, e)}"]) from None
     return _build(data, env)
+
+
+def _toml_hint(text: str, err: Exception) -> str:
+    """What a TOML error most likely means in this file: a table (``[model.supervision]``) opened
+    where its short form (``supervision = "none"`` under ``[model]``, as shipped) is still set.
+    TOML allows one or the other; its own message names only a line and column."""
+    m = re.search(r"line (\d+)", str(err))
+    if "overwrite" not in str(err) or m is None:
+        return ""
+    lines = text.splitlines()
+    header = re.match(r"\s*\[\s*([A-Za-z0-9_.\-]+)\s*\]", lines[int(m.group(1)) - 1] if int(m.group(1)) <= len(lines)
+                      else "")
+    if header is None or "." not in header.group(1):
+        return ""
+    parent, key = header.group(1).rsplit(".", 1)
+    return (f" (a [{header.group(1)}] table while [{parent}] sets {key} = ... already: TOML allows one or the "
+            f"other; delete the {key} = ... line and set kind = ... in the table)")
 
 
 def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:

@@ -376,3 +376,20 @@ def test_input_format_and_segmentation_keys():
     errs = "\n".join(errors_of({"input": {"format": "xml"}, "model": {"segmentation": "icu"}}))
     assert 'input.format = "xml" is not one of: msgpack, json, auto' in errs
     assert 'model.segmentation = "icu" is not one of: whitespace, cjk_bigrams' in errs
+
+
+def test_the_shipped_short_form_and_its_table_together_say_which_line_to_delete(tmp_path):
+    """The shipped file sets supervision = "none" and shows a [model.supervision] table in a
+    comment; uncommenting the table alone gave TOML's bare 'Cannot overwrite a value'."""
+    shipped = (Path(__file__).parents[1] / "streamtopics" / "data" / "streamtopics.toml").read_text()
+    f = tmp_path / "c.toml"
+    f.write_text(shipped + '\n[model.supervision]\nkind = "hinge"\n')
+    with pytest.raises(ConfigError) as e:
+        load_config(f, env={})
+    msg = str(e.value)
+    assert "[model.supervision] table while [model] sets supervision = ... already" in msg
+    assert "delete the supervision = ... line" in msg
+    f.write_text(shipped.replace('\nsupervision = "none"\n', "\n") + '\n[model.supervision]\nkind = "hinge"\n')
+    from streamtopics.config import model_from_config
+
+    assert model_from_config(load_config(f, env={}).model).supervision == "hinge"
