@@ -106,7 +106,7 @@ class Daemon:
         # replicas (docs/scale-out.md): the model learns only from the update log
         self.replicas = ReplicaMode(cfg, self.telemetry, self.checkpoints, tick=self._tick, gil_free=self._gil_free) \
             if cfg.replication.enabled else None
-        self.processor = BatchProcessor(cfg.model.supervision, point=self.hooks.point, gil_free=self._set_gil_free,
+        self.processor = BatchProcessor(point=self.hooks.point, gil_free=self._set_gil_free,
                                         prefetch=lambda: self.session.consumer.prefetch(),
                                         compute=self._compute_replicated if self.replicas is not None else None)
         self.decoder = RecordDecoder(cfg.limits(), cfg.input.format, self._tokenizer, self.hooks.point)

@@ -164,6 +164,44 @@ class TopicExplorer:
         self._published = (view, [None])
         return Observation(quality, prevalence, rising, fading, events, seconds)
 
+    def show(self, model, quality: dict | None = None) -> Observation | None:
+        """The first view of a model that has topics but no batch observed here yet (a daemon
+        restarted from a snapshot, before new records arrive): its topics from a full scan, with
+        the coherence the snapshot recorded (``quality``: ``summary()`` as saved, None or {}:
+        not measured) and ``quality_version`` naming the version it was measured at. Returns
+        what it published, for the metrics (None when there is a view already, or no topics)."""
+        if self.view.get("status") == "ok" or not model.state.initialized:
+            return None
+        st, q, K = model.state, quality or {}, model.n_topics
+        self._model, self._examples, self._since_full = model, [], 0
+        self._top = top_word_ids(st.mu[: st.n_words], 25)
+        saved = q.get("npmi") if isinstance(q.get("npmi"), list) and len(q.get("npmi")) == K else [None] * K
+        npmi = np.array([np.nan if v is None else float(v) for v in saved])
+        table = topic_table(model, self.top_n, self._top)
+        versions, series = model.trends.series()
+        series = series[-self.series_points:].T.round(5).tolist()
+        for k, t in enumerate(table):
+            t.update(npmi=_num(npmi[k]), prevalence_series=series[k] if k < len(series) else [], examples=[])
+        trends = model.trends
+        rising, fading = trends.rising(5), trends.fading(5)
+        diversity = float(q["diversity"]) if isinstance(q.get("diversity"), (int, float)) else float("nan")
+        window = int(q["window_documents"]) if isinstance(q.get("window_documents"), int) else 0
+        view = {"status": "ok", "model_version": int(model.version),
+                "quality_version": q.get("model_version"), "n_topics": int(K), "docs_seen": int(st.docs_seen),
+                "vocabulary": int(st.n_words), "engine": model.engine, "supervised": model.head is not None,
+                "updated": time.time(),
+                "quality": {"mean_npmi": _num(q["mean_npmi"] if isinstance(q.get("mean_npmi"), (int, float))
+                                              else float("nan")),
+                            "diversity": _num(diversity), "window_documents": window, "top_n": self.top_n,
+                            "measure": "NPMI, boolean documents, sliding window of the stream (as the "
+                                       "snapshot recorded it; measured again from the next batch)"},
+                "series_versions": [int(v) for v in versions[-self.series_points:]],
+                "rising": [[k, round(c, 6)] for k, c in rising], "fading": [[k, round(c, 6)] for k, c in fading],
+                "topics": table}
+        self._published = (view, [None])
+        report = QualityReport(npmi, diversity, window, self._top[:, : self.top_n], np.zeros(0, dtype=np.int64))
+        return Observation(report, trends.current(), rising, fading)
+
     def refresh(self, model, min_age_s: float = 1.0) -> bool:
         """Bring the view's topics up to ``model`` when it changed without a batch of ours (a
         replica applying other replicas' update records while its own partitions are idle) and
@@ -237,7 +275,7 @@ class TopicExplorer:
         q = view["quality"]
         return {"npmi": [t["npmi"] for t in view["topics"]], "mean_npmi": q["mean_npmi"],
                 "diversity": q["diversity"], "window_documents": q["window_documents"],
-                "model_version": view["model_version"]}
+                "model_version": view.get("quality_version", view["model_version"])}
 
     # -- any thread (HTTP) -----------------------------------------------------------------
     @property

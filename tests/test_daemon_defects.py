@@ -64,7 +64,7 @@ def test_model_error_retry_does_not_count_the_batch_twice(tmp_path):
     records = [SimpleNamespace(topic="docs", partition=0, offset=i, value=b"x", timestamp=0) for i in range(3)]
     decoded = [Decoded([Document(str(i), t, None, None, None, None, None)], [], [None])
                for i, t in enumerate(texts)]
-    out = BatchProcessor("none").run(model, records, decoded, "k1")
+    out = BatchProcessor().run(model, records, decoded, "k1")
     assert isinstance(out.error, ValueError)  # the poisoned batch raised, and was narrowed down
     assert [dl.reason for dl in out.dead] == ["model_error"] and out.dead[0].offset == 2
     assert out.step.keep == [0, 1] and out.step.theta.shape[0] == 2 and out.ids == ["0", "1"]
@@ -146,7 +146,7 @@ def test_a_document_of_the_other_label_form_cannot_fail_a_batch_or_the_stream(tm
     multi-class one, and several labels for a multi-class model are a bad_label dead letter."""
     cfg = _cfg(tmp_path)
     classes = ["oil", "rates", "grain", "shares"]
-    proc = BatchProcessor("hinge")
+    proc = BatchProcessor()
 
     model = model_from_config(dataclasses.replace(cfg.model, supervision="hinge"))
     records, decoded = _labelled([(FIRST[0], ["oil"])] + [(t, c) for t, c in zip(FIRST[1:], classes[1:])])
@@ -203,7 +203,7 @@ def test_a_label_past_the_cap_is_a_dead_letter_not_a_failed_batch(tmp_path):
     model = model_from_config(dataclasses.replace(cfg.model, supervision="hinge", sup_max_labels=2))
     labels = ["oil", "rates", "grain", "oil", "shares"]
     records, decoded = _labelled(list(zip(FIRST + GOOD[:1], labels)))
-    out = BatchProcessor("hinge").run(model, records, decoded, "k0")
+    out = BatchProcessor().run(model, records, decoded, "k0")
     assert out.error is None and out.step.keep == [0, 1, 2]
     assert [(dl.reason, dl.offset) for dl in out.dead] == [("bad_label", 2), ("bad_label", 4)]
     assert "would exceed the classifier's max_labels = 2" in out.dead[0].detail

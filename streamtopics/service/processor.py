@@ -189,10 +189,9 @@ class BatchProcessor:
     ``prefetch()`` is called as the kernels start, so the next records arrive meanwhile.
     """
 
-    def __init__(self, supervision: str, *, point: Callable[[str], None] = _none,
+    def __init__(self, *, point: Callable[[str], None] = _none,
                  gil_free: Callable[[bool], None] = _none, prefetch: Callable[[], None] = _none,
                  compute: Callable[[list, list | None], Any] | None = None) -> None:
-        self.supervision = supervision
         # replicas (service/replica_sync.py): (tokens, labels) -> replication.Computed; the model
         # learns from the update log
         self._compute = compute
@@ -214,8 +213,11 @@ class BatchProcessor:
                 docs.append(doc)
                 srcs.append((rec, idx))
         stages = {"decode": decode_seconds, "predict": 0.0, "learn": 0.0}
-        targets = targets_of(docs, self.supervision)
-        if targets is not None and self.supervision != "regression":
+        # the targets the model learns (its own supervision: a snapshot's model is kept over a
+        # [model] that differs, and the documents must be read as that model takes them)
+        supervision = getattr(model, "supervision", None) or "none"
+        targets = targets_of(docs, supervision)
+        if targets is not None and supervision != "regression":
             head = getattr(model, "head", None)
             targets, misfit = fit_targets(targets, None if head is None else head.task)
             if head is not None:

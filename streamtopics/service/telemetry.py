@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..export import snapshot_quality
 from ..metrics import PROPOSALS, Metrics
 from ..stream.codec import ALL_REASONS
 
@@ -52,6 +53,7 @@ class Telemetry:
         self._last_progress_log = time.monotonic()
         self._last_status_words = 0.0
         self._status: dict[str, Any] = {}
+        self._build: tuple[str, str, str] = ("", "", "")  # build_info's (version, engine, update)
         self.prequential: deque[bool] = deque(maxlen=prequential_window)
         self.prequential_accuracy: float | None = None
         # (documents learned, windowed accuracy) once per batch; bounded for a never-ending stream
@@ -60,6 +62,9 @@ class Telemetry:
     # -- lifecycle and connection ------------------------------------------------------
 
     def on_start(self, version: str, engine: str, update: str) -> None:
+        """Start-up, before a model is loaded: the configuration's engine and update, until
+        ``on_model`` reports the running model's (a snapshot's model is kept over [model])."""
+        self._build = (version, engine, update)
         self.metrics.set_build_info(version, engine, update)
         self.metrics.set_broker_up(False)
         self.metrics.set_ready(False)
@@ -133,8 +138,25 @@ class Telemetry:
             self.first_batch_at = time.monotonic()
 
     def on_model(self, model) -> None:
+        """The model was loaded, or changed between batches (a replica applied records): gauges,
+        build_info, and the explorer's first view of a model with topics (a restart from a
+        snapshot: its topics and the coherence the snapshot recorded, before any new batch)."""
         self.metrics.vocabulary_size.set(len(model.vocab))
         self.metrics.model_version.set(model.version)
+        if self.explorer is not None and model.state.initialized and self.explorer.view.get("status") != "ok":
+            try:
+                obs = self.explorer.show(model, snapshot_quality(model))
+            except Exception:  # noqa: BLE001 - a view is not worth the start
+                log.exception("topic explorer: the snapshot's view failed")
+                obs = None
+            if obs is not None:
+                q = obs.quality
+                self.metrics.observe_topics(q.npmi, q.diversity, q.window_docs, obs.prevalence, obs.rising,
+                                            obs.fading)
+        build = (self._build[0], model.engine, model.update)
+        if build != self._build:
+            self._build = build
+            self.metrics.set_build_info(*build)
 
     def on_model_error(self) -> None:
         self.metrics.model_errors.inc()

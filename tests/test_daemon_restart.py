@@ -1,0 +1,60 @@
+"""A daemon restarted on its snapshot directory with a changed [model] (found on the user's
+path): the snapshot's model is kept, so the documents must be read as that model takes them,
+its explorer and metrics must show it from the start, and build_info must name it."""
+from __future__ import annotations
+
+import json
+
+import msgpack
+
+from streamtopics.config import Config
+from test_daemon import _cfg, _consumed, _docs, _get, _produce, _running, _samples, _topics, _wait  # noqa: E402
+
+
+def _labelled(n: int, offset: int) -> list[bytes]:
+    return [msgpack.packb(d) for d in _docs(n, offset)]
+
+
+def _dead(d) -> int:
+    return sum(v for (n, _), v in _samples(d.metrics_url).items() if n == "streamtopics_dead_letters_total")
+
+
+def test_a_changed_supervision_reads_documents_as_the_kept_model_takes_them(broker, fresh_topic, tmp_path):
+    topics = _topics(fresh_topic)
+    snap = tmp_path / "snap"
+    base = dict(model={"n_topics": 6, "seed": 3}, snapshot={"every_batches": 2})
+
+    def cfg(**model) -> Config:
+        return _cfg(broker.bootstrap, topics, snap, **{**base, "model": {**base["model"], **model}})
+
+    _produce(broker.bootstrap, topics["input"], _labelled(100, 0))
+    with _running(cfg()) as d:  # an unsupervised model learns labelled documents (labels unused)
+        _wait(lambda: _consumed(d, topics["input"], 100), 60, "the first 100 documents")
+    # [model] now asks for the hinge; the snapshot's unsupervised model is kept. Its labelled
+    # documents were all model_error dead letters (the processor read labels by the config).
+    _produce(broker.bootstrap, topics["input"], _labelled(100, 100))
+    with _running(cfg(supervision="hinge", engine={"kind": "alias"})) as d:
+        url = d.metrics_url
+        # before any new batch: the explorer shows the snapshot's topics and recorded coherence
+        view = json.loads(_get(url + "/v1/topics")[1])
+        assert view["status"] == "ok" and len(view["topics"]) == 6 and view["model_version"] == d.model.version
+        assert view["quality"]["mean_npmi"] is not None and view["quality_version"] is not None
+        assert _get(url + "/v1/topics/0")[0] == 200
+        s = _samples(url)
+        assert ("streamtopics_topic_coherence_npmi", (("topic", "0"),)) in s
+        info = [k for k in s if k[0] == "streamtopics_build_info"]
+        assert info and dict(info[0][1])["engine"] == "lsparse"  # the running model's, not [model]'s
+        _wait(lambda: _consumed(d, topics["input"], 200), 60, "the next 100 documents")
+        assert d.model.supervision is None and d.model.state.docs_seen == 200 and _dead(d) == 0
+    # the other way: a supervised snapshot and [model] without supervision - the classifier
+    # went on predicting, but learned nothing more (labels were dropped without a word)
+    snap = tmp_path / "snap2"
+    topics = _topics(fresh_topic)
+    _produce(broker.bootstrap, topics["input"], _labelled(100, 200))
+    with _running(cfg(supervision="hinge")) as d:
+        _wait(lambda: _consumed(d, topics["input"], 100), 60, "100 labelled documents")
+        labelled = d.model.head.docs_seen
+    _produce(broker.bootstrap, topics["input"], _labelled(100, 300))
+    with _running(cfg()) as d:
+        _wait(lambda: _consumed(d, topics["input"], 200), 60, "100 more")
+        assert d.model.supervision == "hinge" and d.model.head.docs_seen == labelled + 100 and _dead(d) == 0
