@@ -613,6 +613,12 @@ def _make_handler(owner: MetricsServer) -> type[BaseHTTPRequestHandler]:
         timeout = 10  # a client that never finishes its request frees the thread
         server_version = "streamtopics"
 
+        head_only = False
+
+        def do_HEAD(self) -> None:  # noqa: N802 - health checkers that ask for the headers only
+            self.head_only = True
+            self.do_GET()
+
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             path = urlsplit(self.path).path
             if path == "/metrics":
@@ -655,7 +661,8 @@ def _make_handler(owner: MetricsServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
             self.end_headers()
-            self.wfile.write(body)
+            if not self.head_only:
+                self.wfile.write(body)
 
         def log_message(self, fmt: str, *args) -> None:
             # http.server writes every request to stderr by default; scrapes are noise.

@@ -221,3 +221,18 @@ def test_a_metrics_port_in_use_names_the_address_and_the_setting():
         with pytest.raises(OSError, match=rf"metrics endpoint 127\.0\.0\.1:{port}: .*\[metrics\] host and port") as e:
             MetricsServer(Metrics(), "127.0.0.1", port)
         assert e.value.errno is not None
+
+
+def test_head_requests_get_the_status_and_headers_without_a_body(server):
+    """Health checkers that send HEAD got 501 'Unsupported method' from every endpoint."""
+    srv, _, state = server
+    for path, want in (("/healthz", 200), ("/readyz", 503), ("/metrics", 200), ("/nope", 404)):
+        req = urllib.request.Request(f"{srv.url}{path}", method="HEAD")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                status, length, body = r.status, int(r.headers["Content-Length"]), r.read()
+        except urllib.error.HTTPError as err:
+            with err:
+                status, length, body = err.code, int(err.headers["Content-Length"]), err.read()
+        assert (status, body) == (want, b"") and length > 0, path
+    assert _get(f"{srv.url}/healthz")[2]  # GET still has its body
