@@ -53,7 +53,7 @@ from .explore import TopicExplorer
 from .jit_cache import active_dir
 from .metrics import Metrics, MetricsServer
 from .model import TopicModel
-from .service.checkpoint import LockHeld, SnapshotStore
+from .service.checkpoint import SnapshotStore, StartRefused
 from .service.checkpointer import Checkpointer
 from .service.hooks import Hooks
 from .service.ledger import OffsetLedger
@@ -169,7 +169,7 @@ class Daemon:
         """Run until stopped. Returns the process exit code: 0 after a graceful stop whose final
         snapshot holds everything learned; 1 on errors, or when the final snapshot failed (the
         group's offsets then stay at the last good snapshot); 2 when another daemon owns the
-        snapshot directory."""
+        snapshot directory or it cannot be used."""
         rc = 0
         try:
             try:
@@ -183,7 +183,7 @@ class Daemon:
                         self._process(rb)
                     self._housekeeping()
                 rc = 0 if self.error is None else 1
-            except LockHeld as exc:
+            except StartRefused as exc:
                 self.error = exc
                 log.error("refusing to start: " + str(exc), extra={"owner": exc.owner})
                 rc = 2
@@ -228,7 +228,7 @@ class Daemon:
         log.info("streamtopics daemon starting", extra={
             "version": __version__, "instance": self.instance, "config": cfg.to_dict(),
             "metrics_url": self.metrics_url, "kernel_cache": active_dir()})
-        self.checkpoints.lock.acquire()  # LockHeld: another daemon writes this snapshot directory
+        self.checkpoints.lock.acquire()  # StartRefused: another daemon's directory, or an unusable one
         if self.replicas is not None:
             self.replicas.fetch_snapshot(self.checkpoints.store)
         found = self.checkpoints.load()
@@ -503,7 +503,10 @@ def signal_handler(stop: threading.Event, clock=time.monotonic, exit_now=os._exi
 
 
 def install_signal_handlers(stop: threading.Event) -> None:
-    """SIGTERM/SIGINT set ``stop`` (a graceful stop); a later second signal exits at once (``signal_handler``)."""
+    """SIGTERM/SIGINT/SIGHUP set ``stop`` (a graceful stop); a later second signal exits at once
+    (``signal_handler``). SIGHUP too: a closed terminal or ssh session otherwise killed the
+    daemon without its final snapshot (it has no configuration to reload)."""
     handler = signal_handler(stop)
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+    for sig in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            signal.signal(sig, handler)

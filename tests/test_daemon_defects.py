@@ -208,3 +208,37 @@ def test_a_label_past_the_cap_is_a_dead_letter_not_a_failed_batch(tmp_path):
     assert [(dl.reason, dl.offset) for dl in out.dead] == [("bad_label", 2), ("bad_label", 4)]
     assert "would exceed the classifier's max_labels = 2" in out.dead[0].detail
     assert model.label_names == ["oil", "rates"] and model.state.docs_seen == 3
+
+
+def test_sighup_is_a_graceful_stop_like_sigterm():
+    """A closed terminal or ssh session sent SIGHUP, whose default killed the daemon without its
+    final snapshot (exit 129): the records since the last snapshot were predicted again."""
+    import signal
+    import threading
+
+    from streamtopics.daemon import install_signal_handlers
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    stop = threading.Event()
+    try:
+        install_signal_handlers(stop)
+        signal.raise_signal(signal.SIGHUP)
+        assert stop.is_set()
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+
+
+def test_an_unusable_snapshot_directory_is_a_one_line_refusal_with_exit_2(tmp_path, caplog):
+    """A file where the directory should be, or a read-only mount, gave 'daemon failed' with a
+    traceback and exit 1 (a crash loop under Restart=on-failure with nothing to read)."""
+    import logging
+
+    (tmp_path / "taken").write_text("not a directory")
+    cfg = Config.from_dict({"snapshot": {"dir": str(tmp_path / "taken")}, "topics": {"input": "docs"},
+                            "metrics": {"port": 0}, "kafka": {"bootstrap_servers": "127.0.0.1:1"}}, env={})
+    with caplog.at_level(logging.ERROR, logger="streamtopics.daemon"):
+        assert Daemon(cfg).run() == 2
+    (rec,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert rec.getMessage().startswith(f"refusing to start: snapshot directory {tmp_path / 'taken'} cannot be used: "
+                                       "a file stands where it should be") and rec.exc_info is None

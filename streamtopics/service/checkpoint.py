@@ -33,8 +33,8 @@ from pathlib import Path
 
 from ..model import TopicModel, load_snapshot
 
-__all__ = ["CommitGate", "DirectoryLock", "Lineage", "LockHeld", "SnapshotStore", "parse_snapshot_name",
-           "snapshot_name"]
+__all__ = ["CommitGate", "DirectoryLock", "Lineage", "LockHeld", "SnapshotDirUnusable", "SnapshotStore",
+           "StartRefused", "parse_snapshot_name", "snapshot_name"]
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,26 @@ class SnapshotStore:
 # --------------------------------------------------------------------------- one writer
 
 
-class LockHeld(RuntimeError):
+class StartRefused(RuntimeError):
+    """The daemon cannot start on this snapshot directory (it exits 2 with this message)."""
+
+    owner: dict = {}
+
+
+class SnapshotDirUnusable(StartRefused):
+    """The snapshot directory cannot be made, or its lock file cannot be written."""
+
+    def __init__(self, directory: Path, exc: OSError) -> None:
+        self.owner = {}
+        what = ("a file stands where it should be" if isinstance(exc, (FileExistsError, NotADirectoryError))
+                else "it is on a read-only file system" if exc.errno == errno.EROFS
+                else "no permission" if isinstance(exc, PermissionError)
+                else exc.strerror or repr(exc))
+        super().__init__(f"snapshot directory {directory} cannot be used: {what} ({type(exc).__name__}: {exc}). "
+                         f"Set snapshot.dir to a writable directory (the daemon creates it if missing).")
+
+
+class LockHeld(StartRefused):
     """Another live daemon owns the snapshot directory."""
 
     def __init__(self, directory: Path, owner: dict, why: str) -> None:
@@ -203,9 +222,13 @@ class DirectoryLock:
         return self._fd is not None
 
     def acquire(self) -> None:
-        """Take the lock or raise ``LockHeld`` (OSError when the directory cannot be made)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        """Take the lock or raise ``LockHeld`` (``SnapshotDirUnusable`` when the directory cannot
+        be made or the lock file written)."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise SnapshotDirUnusable(self.dir, exc) from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
