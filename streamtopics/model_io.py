@@ -121,8 +121,16 @@ def encode_rng(rng: np.random.Generator) -> dict:
             "has_uint32": int(st["has_uint32"]), "uinteger": int(st["uinteger"])}
 
 
+BIT_GENERATORS = ("PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937")
+
+
 def decode_rng(d: dict) -> np.random.Generator:
-    bg = getattr(np.random, d["bit_generator"])()
+    """The generator ``encode_rng`` saved; only numpy's bit generators are named (the name is
+    read from the file: anything else is refused, never looked up and called)."""
+    name = d.get("bit_generator")
+    if name not in BIT_GENERATORS:
+        raise ValueError(f"snapshot: unknown random bit generator {name!r} (expected one of {BIT_GENERATORS})")
+    bg = getattr(np.random, name)()
     bg.state = {"bit_generator": d["bit_generator"], "state": {k: int(v) for k, v in d["state"].items()},
                 "has_uint32": d["has_uint32"], "uinteger": d["uinteger"]}
     return np.random.Generator(bg)

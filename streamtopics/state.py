@@ -372,11 +372,23 @@ class ModelState:
 
     @classmethod
     def restore(cls, header: dict, arrays: dict[str, np.ndarray]) -> "ModelState":
+        """The state a snapshot holds; ValueError names what is out of range (a checksummed file
+        can still have been written wrong: alpha < 0 made every theta -inf/inf, a NaN in mu
+        failed only later, in an export)."""
+        for name in ("alpha", "beta", "scale"):
+            v = header.get(name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"snapshot state: {name} must be a finite number > 0 (got {v!r})")
         s = cls(header["n_topics"], header["alpha"], header["beta"])
         n = int(header["n_words"])
         mu = arrays["mu"]
         if mu.shape != (n, s.n_topics):
             raise ValueError(f"snapshot array mu has shape {mu.shape}, expected {(n, s.n_topics)}")
+        totals = np.asarray(arrays["mu_totals"])
+        if totals.shape != (s.n_topics,):
+            raise ValueError(f"snapshot array mu_totals has shape {totals.shape}, expected {(s.n_topics,)}")
+        if not (np.isfinite(mu).all() and np.isfinite(totals).all()):
+            raise ValueError("snapshot state: the topic-word statistics hold NaN or infinite values")
         s.ensure_words(max(n, 1))
         s.n_words = n
         s.mu[:n] = mu

@@ -6,6 +6,7 @@ import os
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import streamtopics.snapshot as snapmod
@@ -321,3 +322,31 @@ def test_one_errno_mapping_for_writer_and_metrics():
     for e, want in [(errno.ENOSPC, "disk_full"), (errno.EDQUOT, "disk_full"), (errno.EFBIG, "disk_full"),
                     (errno.EACCES, "permission"), (errno.EROFS, "permission"), (errno.EIO, "io_error")]:
         assert snapshot.write_failure_reason(OSError(e, "x")) == want
+
+
+def test_a_snapshot_with_values_out_of_range_is_refused_by_name(tmp_path):
+    """Checksummed files can still have been written wrong (found on the user's path): alpha < 0
+    loaded and every theta came out -inf/inf; a NaN in mu loaded and failed only in an export;
+    the rng's bit generator name was looked up in numpy.random and called, whatever it was."""
+    import copy
+
+    from streamtopics.model_io import restore_model, snapshot_parts
+
+    m = TopicModel(n_topics=4, seed=0)
+    m.partial_fit(["oil prices rose", "bank rates fell", "wheat exports rose", "oil and wheat"] * 5)
+    header, arrays = snapshot_parts(m)
+    restore_model(TopicModel, copy.deepcopy(header), dict(arrays))  # the parts as written load
+
+    def refused(match, edit_header=None, edit_arrays=None):
+        h, a = copy.deepcopy(header), {k: np.array(v) for k, v in arrays.items()}
+        (edit_header or (lambda h: None))(h)
+        (edit_arrays or (lambda a: None))(a)
+        with pytest.raises(ValueError, match=match):
+            restore_model(TopicModel, h, a)
+
+    refused("alpha must be a finite number > 0", lambda h: h["state"].update(alpha=-1.0))
+    refused("beta must be a finite number > 0", lambda h: h["state"].update(beta=float("inf")))
+    refused("NaN or infinite", edit_arrays=lambda a: a["mu"].__setitem__((0, 0), np.nan))
+    refused("mu_totals has shape", edit_arrays=lambda a: a.update(mu_totals=np.zeros(3)))
+    refused("unknown random bit generator 'Nope'", lambda h: h["rng"].update(bit_generator="Nope"))
+    refused("unknown random bit generator 'default_rng'", lambda h: h["rng"].update(bit_generator="default_rng"))
