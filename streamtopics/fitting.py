@@ -76,8 +76,7 @@ def fit(model, docs, labels=None, *, n_iter: int | None = None, tol: float = FIT
         if model.head is None:
             raise ValueError("labels given to a model without supervision: TopicModel(supervision='hinge' | "
                              "'logistic' | 'regression') (supervised topics)")
-        docs = model.check_docs_labels(docs, labels)
-        labels = list(labels)
+        docs, labels = model.check_docs_labels(docs, labels)
         if all(is_missing(t) for t in labels):
             labels = None
     if not (isinstance(tol, (int, float, np.integer, np.floating)) and tol >= 0):

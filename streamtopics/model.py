@@ -15,6 +15,7 @@ topics' initialisation in ``fitting``, snapshots in ``model_io``.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -33,10 +34,10 @@ from .hyper import alpha_step
 from .options import FLAT, INITS, ModelOptions, Stochastic, flat_params
 from .parallel import ThreadRunner, resolve_threads
 from .results import BatchResult
-from .state import ModelState
+from .state import ModelState, require_topics
 from .summary import Summary, check_finite
 from .supervised.classifier import SupervisedHead
-from .supervised.targets import is_missing
+from .supervised.targets import conform_targets, is_missing
 from .text import Tokenizer, Vocabulary
 from .trends import PrevalenceTracker
 from .updates import MemoizedUpdate, classifier_decay
@@ -350,7 +351,7 @@ class TopicModel:
         return self
 
     def check_docs_labels(self, docs, labels):
-        """``docs`` as a list when ``labels`` come with them (one per document), else as given."""
+        """(docs, labels) checked and as lists when labels come with them (``check_docs_labels``)."""
         return check_docs_labels(self.head, docs, labels)
 
     def fit(self, docs: Sequence, labels=None, *, n_iter: int | None = None, tol: float = FIT_TOL,
@@ -364,9 +365,11 @@ class TopicModel:
 
     def partial_fit_transform(self, docs: Sequence, labels=None, batch_key=None) -> np.ndarray:
         """Prequential step: document-topic proportions under the model *before* learning from docs."""
-        docs = self.check_docs_labels(docs, labels)
+        docs, labels = self.check_docs_labels(docs, labels)
         with reading_ahead(self):
             batch = self.prepare(self.tokenize(docs), grow=True)
+            if not self.state.initialized and batch.n_tokens == 0:  # no topics and no word: nothing to learn
+                return np.full((batch.n_docs, self.n_topics), 1.0 / self.n_topics)
             return self.process(batch, learn=True, batch_key=batch_key, labels=labels).theta
 
     def initialize(self, batch: Batch) -> None:
@@ -450,8 +453,7 @@ class TopicModel:
 
     def heldout_loglik(self, docs: Sequence, seed: int = 0) -> float:
         """Mean per-token document-completion log-likelihood (80/20 split by word type)."""
-        batch = self.prepare(self.tokenize(docs), grow=False)
-        return heldout_loglik_arrays(self.topic_word(), batch, self.state.alpha, seed=seed)
+        return heldout_of(self, docs, seed)
 
     def elbo(self) -> float:
         """Whole-data ELBO over the memoized cache (memoized update only)."""
@@ -527,20 +529,38 @@ def learned_alpha(update, state, doc_topic: np.ndarray) -> float:
     return alpha_step(state.alpha, doc_topic, rho)
 
 
+def heldout_of(model: TopicModel, docs: Sequence, seed: int) -> float:
+    """``TopicModel.heldout_loglik``: ``NotFittedError`` before any topics, ValueError when no word
+    of ``docs`` is known to the model (the mean over no tokens was a NaN with a numpy warning)."""
+    require_topics(model.state)
+    batch = model.prepare(model.tokenize(docs), grow=False)
+    if batch.n_tokens == 0:
+        raise ValueError("heldout_loglik: no word of these documents is in the model's vocabulary")
+    return heldout_loglik_arrays(model.topic_word(), batch, model.state.alpha, seed=seed)
+
+
 def check_docs_labels(head, docs, labels):
-    """``docs`` as a list when ``labels`` come with them (one per document), else as given."""
+    """(docs, labels): as given without labels; with them, both as lists (any iterable, a
+    generator too), one target per document, classification targets in the classifier's form
+    (a one-label list is the label of a multi-class model, a label a one-label list for a
+    multi-label one, as the daemon takes them; several labels for a multi-class model raise)."""
     if labels is None:
-        return docs
+        return docs, None
     if head is None:
         raise ValueError("labels given to a model without supervision (set supervision=...)")
-    if isinstance(labels, (str, bytes)) or not hasattr(labels, "__len__"):
+    if isinstance(labels, (str, bytes)) or not hasattr(labels, "__iter__"):
         raise TypeError("labels must be a sequence with one target per document")
     if isinstance(docs, (str, bytes)):
         raise TypeError("docs must be a sequence of documents (a list of str or of token lists), not one str")
-    docs = list(docs)
+    docs, labels = list(docs), list(labels)
     if len(labels) != len(docs):
         raise ValueError(f"{len(labels)} labels for {len(docs)} documents")
-    return docs
+    if head.task != "regression":
+        labels, bad = conform_targets(labels, head.task)
+        if bad:
+            i, why = next(iter(bad.items()))
+            raise ValueError(f"document {i}: {why}")
+    return docs, labels
 
 
 def _check_top(n_topics, alpha, beta, init, init_smoothing, threads) -> None:
@@ -552,12 +572,15 @@ def _check_top(n_topics, alpha, beta, init, init_smoothing, threads) -> None:
 
     need(isinstance(n_topics, (int, np.integer)) and not isinstance(n_topics, bool) and n_topics >= 2,
          f"n_topics must be an integer >= 2 (got {n_topics!r})")
-    need(alpha is None or alpha == "auto" or (isinstance(alpha, (int, float, np.integer, np.floating)) and alpha > 0),
-         f"alpha must be > 0, 'auto' or None (got {alpha!r})")
-    need(beta is None or (isinstance(beta, (int, float, np.integer, np.floating)) and beta > 0),
-         f"beta must be > 0 or None (1/K) (got {beta!r})")
+    def number(x) -> bool:  # finite: inf was taken and gave a useless model (uniform theta)
+        return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and math.isfinite(x)
+
+    need(alpha is None or alpha == "auto" or (number(alpha) and alpha > 0),
+         f"alpha must be a finite number > 0, 'auto' or None (got {alpha!r})")
+    need(beta is None or (number(beta) and beta > 0), f"beta must be a finite number > 0 or None (1/K) (got {beta!r})")
     need(init in INITS, f"init must be one of {INITS} (got {init!r})")
-    need(init_smoothing >= 0, f"init_smoothing must be >= 0 (got {init_smoothing!r})")
+    need(number(init_smoothing) and init_smoothing >= 0,
+         f"init_smoothing must be a finite number >= 0 (got {init_smoothing!r})")
 
 
 def load_snapshot(path) -> TopicModel:

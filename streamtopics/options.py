@@ -197,7 +197,8 @@ def check_corpus_size(corpus_size) -> None:
     """None (the rule of ``updates``), "seen", or a number of documents >= 1."""
     if corpus_size is None or corpus_size in CORPUS_SIZE_RULES:
         return
-    if isinstance(corpus_size, bool) or not isinstance(corpus_size, (int, float)) or not corpus_size >= 1:
+    if (isinstance(corpus_size, bool) or not isinstance(corpus_size, (int, float)) or not corpus_size >= 1
+            or not math.isfinite(corpus_size)):
         raise ValueError(f"corpus_size must be None, 'seen' or a number of documents >= 1 (got {corpus_size!r})")
 
 

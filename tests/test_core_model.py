@@ -252,11 +252,47 @@ def test_inference_before_any_topics_says_so(engine):
     from streamtopics import NotFittedError
 
     m = TopicModel(n_topics=5, engine=engine)
-    for call in (lambda: m.transform(["space nasa"]), lambda: m.partial_fit(["", "   "])):
-        with pytest.raises(NotFittedError, match="no topics yet"):
-            call()
+    with pytest.raises(NotFittedError, match="no topics yet"):
+        m.transform(["space nasa"])
+    assert m.partial_fit(["", "   "]).version == 0  # nothing to learn from: a no-op, as fit([]) is
     with pytest.raises(NotFittedError):
         TopicModel(n_topics=5, engine=engine, supervision="hinge").predict(["space nasa"])
     assert m.fit([]).version == 0 and m.fit(["", " "]).version == 0
     m.partial_fit(["space shuttle orbit nasa launch", "court judge law ruling"])
     assert m.transform(["space nasa"]).shape == (1, 5)
+
+
+def test_the_library_on_odd_inputs_answers_as_the_daemon_does():
+    """Found on the user's path: partial_fit([]) on a fresh model raised NotFittedError (a no-op
+    once fitted); inf was taken for beta, init_smoothing and corpus_size (a useless model);
+    generator labels were refused while generator docs were taken; a one-label list for a
+    multi-class model raised TypeError though the daemon takes it; heldout_loglik gave NaN with
+    a numpy warning for no known word, and before any topics."""
+    import warnings
+
+    from streamtopics import NotFittedError
+
+    m = TopicModel(n_topics=3, seed=0)
+    assert m.partial_fit_transform([]).shape == (0, 3) and m.partial_fit_transform([""]).shape == (1, 3)
+    assert not m.state.initialized and m.state.docs_seen == 0
+    for kw in ({"beta": float("inf")}, {"init_smoothing": float("inf")}, {"corpus_size": float("inf")},
+               {"alpha": float("nan")}):
+        with pytest.raises(ValueError, match="finite|>= 1"):
+            TopicModel(**kw)
+    docs = ["oil wheat price crude", "bank rate money loans", "oil price crude barrels", "bank loans rate"]
+    with pytest.raises(NotFittedError):
+        m.heldout_loglik(docs)
+    h = TopicModel(n_topics=3, supervision="hinge", seed=0)
+    h.partial_fit(iter(docs), labels=(x for x in ["oil", "bank", "oil", "bank"]))
+    h.partial_fit(docs, labels=[["oil"], "bank", None, ("bank",)])  # one-label lists are labels
+    assert h.head.task == "multiclass" and h.label_names == ["oil", "bank"] and h.head.docs_seen == 7
+    with pytest.raises(ValueError, match="document 0: 'labels' has 2 labels, but this model is multi-class"):
+        h.partial_fit(docs, labels=[["oil", "bank"], "bank", None, "oil"])
+    ml = TopicModel(n_topics=3, supervision="logistic", seed=0)
+    ml.partial_fit(docs, labels=[["oil"], ["bank", "money"], "oil", None])  # a label is a one-label list
+    assert ml.head.task == "multilabel" and sorted(ml.label_names) == ["bank", "money", "oil"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy RuntimeWarning either
+        with pytest.raises(ValueError, match="no word of these documents"):
+            h.heldout_loglik(["zzz qqq", ""])
+        assert np.isfinite(h.heldout_loglik(docs))

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..model import reading_ahead
 from ..stream.codec import DeadLetter, Document, decode_message, encode_document, is_array_message
-from ..supervised.targets import infer_task
+from ..supervised.targets import conform_targets
 
 __all__ = ["BatchOutcome", "BatchProcessor", "Decoded", "RecordDecoder", "StepResult", "fit_targets",
            "over_capacity", "targets_of"]
@@ -91,28 +91,6 @@ def targets_of(docs: list[Document], supervision: str) -> list | None:
     if supervision == "regression":
         return [d.response for d in docs]
     return [d.labels if d.labels is not None else d.label for d in docs]
-
-
-def fit_targets(targets: list, task: str | None) -> tuple[list, dict[int, str]]:
-    """Classification targets made to fit the classifier's ``task`` ("multiclass": one ``label``
-    per document; "multilabel": ``labels`` lists; None: not fixed yet, the first labelled document
-    fixes it, as the library does), so one document of the other form cannot fail a batch, nor,
-    first in a stream, turn every later one into a failure: a ``label`` is a one-label list for a
-    multi-label model, a one-label ``labels`` list is its label for a multi-class one. Returns
-    (the targets, {position: why} of those that cannot fit: several labels for a multi-class model)."""
-    task = task or infer_task(targets)
-    out, bad = list(targets), {}
-    for i, t in enumerate(targets):
-        if task == "multilabel" and isinstance(t, str):
-            out[i] = [t]
-        elif task == "multiclass" and isinstance(t, list):
-            if len(t) == 1:
-                out[i] = t[0]
-            else:
-                out[i] = None
-                bad[i] = (f"'labels' has {len(t)} labels, but this model is multi-class (it learned from one "
-                          "'label' per document): send 'label'")
-    return out, bad
 
 
 def over_capacity(targets: list, labels) -> dict[int, str]:
@@ -219,7 +197,7 @@ class BatchProcessor:
         targets = targets_of(docs, supervision)
         if targets is not None and supervision != "regression":
             head = getattr(model, "head", None)
-            targets, misfit = fit_targets(targets, None if head is None else head.task)
+            targets, misfit = conform_targets(targets, None if head is None else head.task)
             if head is not None:
                 misfit.update(over_capacity([None if i in misfit else t for i, t in enumerate(targets)],
                                             head.labels))

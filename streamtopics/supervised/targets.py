@@ -39,6 +39,28 @@ def infer_task(targets) -> str | None:
     return None
 
 
+def conform_targets(targets: list, task: str | None) -> tuple[list, dict[int, str]]:
+    """Classification targets made to fit the classifier's ``task`` ("multiclass": one label per
+    document; "multilabel": label lists; None: not fixed yet, the first labelled document fixes
+    it), so one document of the other form cannot fail a batch, nor, first in a stream, turn
+    every later one into a failure: a label is a one-label list for a multi-label model, a
+    one-label list is its label for a multi-class one. Returns (the targets, {position: why} of
+    those that cannot fit: several labels for a multi-class model; None in their place)."""
+    task = task or infer_task(targets)
+    out, bad = list(targets), {}
+    for i, t in enumerate(targets):
+        if task == "multilabel" and isinstance(t, str):
+            out[i] = [t]
+        elif task == "multiclass" and isinstance(t, (list, tuple)):
+            if len(t) == 1:
+                out[i] = t[0]
+            else:
+                out[i] = None
+                bad[i] = (f"'labels' has {len(t)} labels, but this model is multi-class (it learned from one "
+                          "'label' per document): send 'label'")
+    return out, bad
+
+
 def encode_responses(targets: list) -> Targets:
     """Regression: floats, None or NaN for unlabelled; one row."""
     yv = np.array([np.nan if is_missing(t) else float(t) for t in targets], dtype=np.float64).reshape(len(targets), 1)
