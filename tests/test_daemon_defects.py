@@ -242,3 +242,27 @@ def test_an_unusable_snapshot_directory_is_a_one_line_refusal_with_exit_2(tmp_pa
     (rec,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert rec.getMessage().startswith(f"refusing to start: snapshot directory {tmp_path / 'taken'} cannot be used: "
                                        "a file stands where it should be") and rec.exc_info is None
+
+
+def test_a_rebuilt_consumer_does_not_report_the_broker_unreachable_before_its_first_poll():
+    """Every consumer rebuild (a group join given up) logged 'broker unreachable' and flipped
+    streamtopics_broker_up to 0 then 1, though the broker was fine: the new client had not
+    connected yet. For REBUILT_GRACE_S the last state stands; a client that stays unconnected
+    still counts as the broker gone."""
+    import threading
+
+    from streamtopics.service.session import REBUILT_GRACE_S, KafkaSession
+    from streamtopics.service.telemetry import Telemetry
+
+    cfg = Config.from_dict({"topics": {"input": "docs"}, "kafka": {"create_topics": False}}, env={})
+    tel = Telemetry()
+    s = KafkaSession(cfg, tel, stop=threading.Event(), gil_free=threading.Event(), tick=lambda: None,
+                     point=lambda _n: None)
+    consumer = SimpleNamespace(connected=lambda: True, recreated=0, joins_abandoned=0, rewinds=0)
+    s.consumer, s.publisher = consumer, SimpleNamespace(healthy=True, recreated=0)
+    assert s.check(True, 100.0) and tel.broker_up
+    consumer.connected, consumer.recreated = (lambda: False), 1  # rebuilt, not connected yet
+    assert s.check(True, 101.0) and tel.broker_up and s.up(101.0 + REBUILT_GRACE_S - 1)
+    assert not s.check(True, 101.0 + REBUILT_GRACE_S + 1) and not tel.broker_up
+    consumer.connected = lambda: True
+    assert s.check(True, 120.0) and tel.broker_up

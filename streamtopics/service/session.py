@@ -13,6 +13,7 @@ after fatal errors.
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import threading
 import time
@@ -93,6 +94,10 @@ def ensure_topics(cfg: Config, timeout_s: float = 15.0, created: list[str] | Non
     return counts
 
 
+# How long a rebuilt consumer may be without a broker connection before the broker counts as
+# unreachable: its first poll connects (well under a second on a live broker).
+REBUILT_GRACE_S = 10.0
+
 _GROUP_KEYS = ("group_id", "enable_auto_commit", "auto_offset_reset", "max_poll_interval_ms",
                "session_timeout_ms", "heartbeat_interval_ms", "partition_assignment_strategy")
 
@@ -134,6 +139,7 @@ class KafkaSession:
         self._topics_check_at = 0.0   # next check for topics a broker lost (create_topics)
         self._resets_checked = 0      # consumer log resets whose lost topics were re-created
         self._seen: dict[str, int] = {}  # the clients' counters as last reported to telemetry
+        self._rebuilt_at = -math.inf   # when a rebuilt consumer was last seen (REBUILT_GRACE_S)
 
     # -- clients -------------------------------------------------------------------------
 
@@ -222,10 +228,17 @@ class KafkaSession:
 
     # -- health --------------------------------------------------------------------------
 
-    def up(self) -> bool:
-        """Both clients talk to the broker."""
-        return (self.publisher is not None and self.publisher.healthy
-                and self.consumer is not None and self.consumer.connected())
+    def up(self, now: float | None = None) -> bool:
+        """Both clients talk to the broker. A consumer rebuilt less than ``REBUILT_GRACE_S`` ago
+        (a group join given up, say) has no connection until its first poll: for that long the
+        last state stands, instead of a "broker unreachable" and a broker_up flap while the
+        broker was fine."""
+        if self.publisher is None or not self.publisher.healthy or self.consumer is None:
+            return False
+        if self.consumer.connected():
+            return True
+        now = time.monotonic() if now is None else now
+        return self.telemetry.broker_up and now - self._rebuilt_at < REBUILT_GRACE_S
 
     def check(self, assigned: bool, now: float) -> bool:
         """Periodic: client re-creations counted, broker state to telemetry, lost topics
@@ -234,12 +247,13 @@ class KafkaSession:
         for name, client in (("consumer", self.consumer), ("producer", self.publisher)):
             if n := self._newly(name, getattr(client, "recreated", 0)):
                 self.telemetry.on_client_recreated(name, n)
+                if name == "consumer":
+                    self._rebuilt_at = now
         if n := self._newly("joins_abandoned", getattr(self.consumer, "joins_abandoned", 0)):
             self.telemetry.on_joins_abandoned(n)
         if n := self._newly("rewinds", getattr(self.consumer, "rewinds", 0)):
             self.telemetry.on_continuity_checks(n)
-        up = self.consumer is not None and self.consumer.connected() and (
-            self.publisher.healthy if self.publisher is not None else False)
+        up = self.up(now)
         self.telemetry.on_broker(up, self.cfg.kafka.bootstrap_servers)
         self._maybe_recreate_topics(now, assigned and up)
         return up
