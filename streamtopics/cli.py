@@ -137,7 +137,31 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     lines = resolved(cfg.model)
     if lines:
         print("\n# left to the library, for this [model]:\n" + "\n".join(f"#   model.{line}" for line in lines))
+    note = snapshot_note(cfg)
+    if note:
+        print("\n" + "\n".join(f"# {line}" for line in note))
     return EXIT_OK
+
+
+def snapshot_note(cfg) -> list[str]:
+    """What the newest snapshot in ``snapshot.dir`` means for this configuration: the daemon keeps
+    its model over [model], so each setting that differs is named (empty: no snapshot, or none)."""
+    from .model_config import params_differences
+    from .service.checkpoint import SnapshotStore
+    from .snapshot import SnapshotError, read_header
+
+    for path in SnapshotStore(cfg.snapshot.dir, keep=1).files():
+        try:
+            params = read_header(path).get("params") or {}
+        except SnapshotError:
+            continue
+        diff = params_differences(params, cfg.model)
+        if not diff:
+            return []
+        return [f"snapshot.dir holds a model ({path.name}) that the daemon keeps over [model]; it differs in:"] + [
+            f"  {k}: snapshot {a!r}, [model] {b!r}" for k, (a, b) in sorted(diff.items())] + [
+            "to start another model, point snapshot.dir at a new directory"]
+    return []
 
 
 # --------------------------------------------------------------------------- inspect

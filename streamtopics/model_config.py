@@ -192,6 +192,10 @@ def resolved(m) -> list[str]:
 
 def param_differences(model, m) -> dict[str, tuple[Any, Any]]:
     """Settings of ``model`` (e.g. restored from a snapshot) that differ from the configuration's."""
+    return params_differences(model.get_params(), m)
+
+
+def params_differences(have: dict, m) -> dict[str, tuple[Any, Any]]:
+    """``param_differences`` from the settings alone (a snapshot header's ``params``)."""
     fresh = model_from_config(m).get_params()
-    have = model.get_params()
     return {k: (have.get(k), v) for k, v in fresh.items() if have.get(k) != v}

@@ -174,6 +174,31 @@ def write_snapshot(path: str | os.PathLike, header: dict, arrays: dict[str, np.n
     return sum(len(c) for c in chunks)
 
 
+def read_header(path: str | os.PathLike) -> dict:
+    """A snapshot's header alone (no array is read, no checksum verified: for a look at what a
+    file holds, e.g. ``check-config``); SnapshotError when it cannot be read."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            pre = f.read(_PREAMBLE.size)
+            if len(pre) < _PREAMBLE.size:
+                raise SnapshotError(f"snapshot {path} is truncated")
+            magic, _version, _, head_len = _PREAMBLE.unpack(pre)
+            if magic != MAGIC or head_len > MAX_HEADER_BYTES:
+                raise SnapshotError(f"{path} is not a readable streamtopics snapshot")
+            unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=head_len + 1)
+            unpacker.feed(f.read(head_len))  # (the header region is padded: the first object is it)
+            header = next(unpacker)
+    except OSError as exc:
+        raise SnapshotError(f"cannot open snapshot {path}: {exc.strerror or exc}") from exc
+    except (ValueError, StopIteration, msgpack.UnpackException) as exc:
+        raise SnapshotError(f"snapshot {path} has an unreadable header: {exc}") from exc
+    if not isinstance(header, dict):
+        raise SnapshotError(f"snapshot {path} has a malformed header")
+    header.pop("arrays", None)
+    return header
+
+
 def read_snapshot(path: str | os.PathLike, verify: bool = True) -> tuple[dict, dict[str, np.ndarray]]:
     """Read and validate a snapshot; returns (header, arrays).  Raises SnapshotError naming the file."""
     path = Path(path)

@@ -45,6 +45,29 @@ def test_check_config_prints_the_effective_config_with_secrets_masked(tmp_path, 
     assert shown == load_config(path).to_dict()
 
 
+def test_check_config_names_what_a_kept_snapshot_model_differs_in(tmp_path, capsys):
+    """The daemon keeps a snapshot's model over a changed [model]; check-config said nothing of
+    it, so a user who switched supervision or n_topics learned it only from a start-up WARNING."""
+    from streamtopics import TopicModel
+    from streamtopics.service.checkpoint import snapshot_name
+
+    snaps = tmp_path / "snaps"
+    snaps.mkdir()
+    m = TopicModel(n_topics=6, seed=0)
+    m.partial_fit(["oil prices rose", "bank rates fell", "wheat exports rose"] * 3)
+    m.save(snaps / snapshot_name(m.version))
+    path = tmp_path / "c.toml"
+    path.write_text(f'[model]\nn_topics = 6\n[snapshot]\ndir = "{snaps}"\n')
+    assert main(["check-config", str(path)]) == 0
+    assert "snapshot.dir holds a model" not in capsys.readouterr().out  # the same settings
+    path.write_text(f'[model]\nn_topics = 8\nsupervision = "hinge"\n[snapshot]\ndir = "{snaps}"\n')
+    assert main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "# snapshot.dir holds a model (model-" in out and "that the daemon keeps over [model]" in out
+    assert "#   n_topics: snapshot 6, [model] 8" in out and "#   supervision: snapshot None, [model] 'hinge'" in out
+    assert tomllib.loads(out)["model"]["n_topics"] == 8  # still a TOML file (the note is comments)
+
+
 def test_check_config_errors_exit_2_with_one_line_each(tmp_path, capsys):
     path = tmp_path / "bad.toml"
     path.write_text('[model]\nn_topic = 10\nengine = "gibbs"\n[batch]\nmax_docs = 0\n')
