@@ -54,6 +54,10 @@ def test_two_replicas_learn_one_model_exactly_once(broker, fresh_topic, tmp_path
         _wait(lambda: a.replica.offset == b.replica.offset == a.sync.end_offset(), 30, "both at the log's end")
         time.sleep(0.5)
         assert a.replica.offset == b.replica.offset
+        # the gauge is the offset each model has applied up to (it was the offset at the replica's
+        # own last publish, 0 on a replica that only applied: StreamtopicsReplicasDisagree misfired)
+        _wait(lambda: all(d.metrics.registry.get_sample_value("streamtopics_update_log_offset") == a.replica.offset
+                          for d in (a, b)), 10, "the applied offsets on /metrics")
         assert _learned(a) == _learned(b) == n  # distinct documents, none twice
         assert digest(a.model) == digest(b.model)
         # each partition claimed in the log by the replica that reads it; no record fenced

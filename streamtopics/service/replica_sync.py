@@ -266,6 +266,7 @@ class ReplicaMode:
                  gil_free: threading.Event | None = None) -> None:
         self.cfg = cfg
         self.telemetry = telemetry
+        telemetry.standby_ready = True  # a replica with no partition of its own still follows the log
         self.checkpoints = checkpoints
         self._tick = tick
         self._gil_free = gil_free  # the daemon's flag: set while its loop may leave the GIL to others
@@ -424,6 +425,7 @@ class ReplicaMode:
                 self.telemetry.on_model(self.replica.model)
         except Exception as exc:  # noqa: BLE001 - the broker away, or a slow log: next time
             log.warning("update log: catching up failed; retrying", extra={"error": repr(exc)})
+        self.telemetry.on_update_offset(self.replica.offset)
         self.telemetry.refresh_topics(self.replica.model)  # idle partitions: /topics still follows
 
     def finish(self) -> None:

@@ -54,6 +54,7 @@ class Telemetry:
         self._last_status_words = 0.0
         self._status: dict[str, Any] = {}
         self._build: tuple[str, str, str] = ("", "", "")  # build_info's (version, engine, update)
+        self.standby_ready = False  # replicas: a member with no partition is a ready standby (readiness)
         self.prequential: deque[bool] = deque(maxlen=prequential_window)
         self.prequential_accuracy: float | None = None
         # (documents learned, windowed accuracy) once per batch; bounded for a never-ending stream
@@ -84,16 +85,23 @@ class Telemetry:
 
     def readiness(self, book, model, stopping: bool, consumer=None) -> tuple[bool, dict]:
         """/readyz: partitions assigned, broker up, model loaded, not stopping, none quarantined.
-        With no partition assigned, the ``consumer``'s group join progress says why."""
+        With no partition assigned, the ``consumer``'s group join progress says why. A replica
+        (``standby_ready``) that the group gave no partition, once the group is stable, is a
+        standby: ready, since it follows the update log and holds the shared model (more replicas
+        than input partitions, e.g. compose --scale)."""
         quarantined = book.ledger.quarantined()
         up = self.broker_up
-        ok = bool(book.assigned) and up and model is not None and not stopping and not quarantined
+        join = consumer.join_progress() if consumer is not None and not book.assigned else None
+        standby = bool(self.standby_ready and join is not None and join.get("stable"))
+        ok = (bool(book.assigned) or standby) and up and model is not None and not stopping and not quarantined
         out = {"partitions": [p for _, p in book.assigned], "broker_up": up, "model_ready": model is not None,
                "model_version": model.version if model is not None else None, "stopping": stopping}
         if quarantined:
             out["quarantined"] = quarantined
-        if consumer is not None and not out["partitions"]:
-            out["group_join"] = consumer.join_progress()
+        if join is not None:
+            out["group_join"] = join
+            if standby:
+                out["standby"] = True
         return ok, out
 
     @property
@@ -292,6 +300,10 @@ class Telemetry:
 
     def on_update_published(self, offset: int) -> None:
         self.metrics.updates_published.inc()
+
+    def on_update_offset(self, offset: int) -> None:
+        """The update-log offset the replica's model has applied up to (every replica, whether it
+        publishes or not: a standby's and a restarted replica's too)."""
         self.metrics.update_log_offset.set(offset)
 
     # -- snapshots ---------------------------------------------------------------------

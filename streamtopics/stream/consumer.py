@@ -151,7 +151,12 @@ class JoinWatch:
         self._last_poll = self._stable_since = None
 
     def progress(self) -> dict:
-        return {"joining_s": round(self._joining_s, 1), "patience_s": self._patience_s, "abandoned": self.abandoned}
+        """For /readyz; ``stable``: the group has stood without a join in progress for half a
+        session (a member given no partition then is a standby, not a join that hangs)."""
+        stable = (self._stable_since is not None and self._last_poll is not None
+                  and self._last_poll - self._stable_since >= self._stable_for_s)
+        return {"joining_s": round(self._joining_s, 1), "patience_s": self._patience_s, "abandoned": self.abandoned,
+                "stable": stable}
 
 
 def heal_lost_join(consumer) -> bool:
