@@ -266,3 +266,44 @@ def test_a_rebuilt_consumer_does_not_report_the_broker_unreachable_before_its_fi
     assert not s.check(True, 101.0 + REBUILT_GRACE_S + 1) and not tel.broker_up
     consumer.connected = lambda: True
     assert s.check(True, 120.0) and tel.broker_up
+
+
+def test_a_replica_the_group_gives_no_partition_is_a_ready_standby():
+    """More replicas than input partitions (compose --scale): a replica with no partition answered
+    /readyz 503 for good and StreamtopicsNotReady paged, though it follows the update log and
+    holds the shared model. Once its group is stable it is a ready standby; a daemon without
+    replication, or a group still joining, is not ready without partitions, as before."""
+    from streamtopics.service.ledger import OffsetLedger
+    from streamtopics.service.telemetry import Telemetry
+
+    tel = Telemetry()
+    tel.on_broker(True)
+    book = SimpleNamespace(assigned=[], ledger=OffsetLedger())
+    model = SimpleNamespace(version=7)
+    joining = SimpleNamespace(join_progress=lambda: {"joining_s": 3.0, "stable": False})
+    stable = SimpleNamespace(join_progress=lambda: {"joining_s": 0.0, "stable": True})
+    assert not tel.readiness(book, model, False, stable)[0]  # not a replica: no partition, not ready
+    tel.standby_ready = True
+    assert not tel.readiness(book, model, False, joining)[0]
+    ok, out = tel.readiness(book, model, False, stable)
+    assert ok and out["standby"] and out["partitions"] == []
+    assert not tel.readiness(book, model, True, stable)[0]  # stopping
+    tel.on_broker(False)
+    assert not tel.readiness(book, model, False, stable)[0]
+
+
+def test_end_to_end_latency_starts_at_the_kafka_timestamp_not_the_event_time(tmp_path):
+    """The latency histogram is documented as Kafka message timestamp to acknowledged prediction,
+    but took the document's event time 'ts' first: a backfill of week-old events landed every
+    observation in +Inf (the dashboard's mean became days), future ones at 0."""
+    cfg = _cfg(tmp_path)
+    model = model_from_config(cfg.model)
+    week_ago = 1_700_000_000.0
+    records = [SimpleNamespace(topic="docs", partition=0, offset=i, value=b"x", timestamp=1_800_000_000_000 + i)
+               for i in range(3)]
+    decoded = [Decoded([Document(str(i), t, None, None, None, None, week_ago)], [], [None])
+               for i, t in enumerate(FIRST[:3])]
+    out = BatchProcessor().run(model, records, decoded, "k0")
+    assert out.origins() == [1_800_000_000.0, 1_800_000_000.001, 1_800_000_000.002]
+    records[1].timestamp = -1  # no timestamp: not observed
+    assert np.isnan(BatchProcessor().run(model, records, decoded, "k1").origins()[1])

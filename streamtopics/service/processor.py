@@ -149,12 +149,13 @@ class BatchOutcome:
         return [self.docs[i].id for i in self.step.keep]
 
     def origins(self) -> list[float]:
-        """Each kept document's origin time (its ``ts``, else the record's timestamp, else NaN)."""
+        """Each kept document's origin time for the end-to-end latency: its Kafka record's
+        timestamp, as the metric says (NaN without one). Not the document's ``ts``, an event time:
+        a backfill of week-old events put every latency in +Inf, and future ones at 0."""
         out = []
         for i in self.step.keep:
-            d = self.docs[i]
             ts = self.srcs[i][0].timestamp
-            out.append(d.ts if d.ts is not None else (ts / 1000.0 if ts and ts > 0 else float("nan")))
+            out.append(ts / 1000.0 if ts and ts > 0 else float("nan"))
         return out
 
 

@@ -34,6 +34,8 @@ key           type                        rules
                                           booleans are not numbers here
 ``ts``        float or int                optional event time, seconds since
                                           the Unix epoch, 0 <= ts < year 3000
+                                          (validated; latency is measured from
+                                          the Kafka record's timestamp)
 ============  ==========================  =====================================
 
 Message size is checked before decoding (``limits.max_message_bytes``).
@@ -49,7 +51,10 @@ integer ids in decimal)
 ``topics`` holds the document's largest topic proportions as ``[topic index,
 proportion]`` pairs in descending order of proportion. ``label``, ``scores``
 and ``response`` are present only for supervised models. ``model_version``
-counts the global updates the predicting model had seen; ``ts`` is the
+counts the global updates the predicting model had seen; with replication it is
+the update-log offset the model had applied instead (``replica`` names the
+replica; a replica's snapshot records that offset as ``update_offset`` in its
+daemon extra, beside its own count of global updates); ``ts`` is the
 prediction time (seconds since the epoch).
 
 Dead letters (topic ``topics.dead_letter``; message key and headers = those of
