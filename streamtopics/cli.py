@@ -430,13 +430,15 @@ def _demo_config(bootstrap: str, args: argparse.Namespace, snapshot_dir: Path):
     kafka.update(bootstrap_servers=bootstrap, group_id="streamtopics-demo",
                  # the defaults suit a long-running daemon; a demo wants a fast group join
                  session_timeout_ms=3000, heartbeat_interval_ms=1000, create_topics=True, input_partitions=1)
-    if args.topics is not None:
-        model = data.setdefault("model", {})
-        model["n_topics"] = args.topics
-        model["sparsity"] = min(int(model.get("sparsity", 8)), args.topics)
     model = data.setdefault("model", {})
+    if args.topics is not None:
+        model["n_topics"] = args.topics
+        engine = model.get("engine")
+        kind = engine.get("kind", "lsparse") if isinstance(engine, dict) else engine or "lsparse"
+        if kind == "lsparse":
+            _set_model_field(model, "engine", "sparsity", lambda v: min(int(v), args.topics), 8)
     # Two-letter tokens in 20NG are mostly uuencoded/binary debris ("ax", "ei", "cx").
-    model["min_word_len"] = max(3, int(model.get("min_word_len", 2)))
+    _set_model_field(model, "text", "min_word_len", lambda v: max(3, int(v)), 2)
     if not args.unsupervised and model.get("supervision", "none") == "none":
         # The corpus is labelled: learn topics that predict the newsgroup (max-margin), so
         # predictions carry a label and the prequential accuracy is live.  The loss constants
@@ -448,6 +450,20 @@ def _demo_config(bootstrap: str, args: argparse.Namespace, snapshot_dir: Path):
     data.setdefault("metrics", {}).update(port=0)
     env = {k: v for k, v in os.environ.items() if k != "STREAMTOPICS_KAFKA__BOOTSTRAP_SERVERS"}
     return Config.from_dict(data, env=env), path
+
+
+def _set_model_field(model: dict, table: str, key: str, change, default) -> None:
+    """``model[table][key] = change(value)`` where the file has it: in its [model.<table>] table,
+    or as an earlier flat key (which wins over the table field); else in the table when the file
+    has one, else flat. (The demo wrote flat keys only, which overrode the table fields of the
+    file it was given: its sparsity and min_word_len were lost.)"""
+    sub = model.get(table)
+    if isinstance(sub, dict) and key in sub and key not in model:
+        sub[key] = change(sub[key])
+    elif key in model or not isinstance(sub, dict):
+        model[key] = change(model.get(key, default))
+    else:
+        sub[key] = change(default)
 
 
 class _DemoProgress:

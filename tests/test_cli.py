@@ -224,6 +224,36 @@ def test_the_demo_sends_json_to_a_configuration_that_reads_json(broker):
 # --------------------------------------------------------------------------- demo
 
 
+def test_demo_keeps_the_table_fields_of_the_file_it_is_given(tmp_path):
+    """demo --config wrote the old flat sparsity and min_word_len, which win over the table
+    fields: a file's [model.engine] sparsity = 2 and [model.text] min_word_len = 6 became 5
+    and 3. Now the file's own field is changed, and only to clamp it (sparsity <= K, min 3)."""
+    import argparse
+    import warnings
+
+    from streamtopics.cli import _demo_config
+    from streamtopics.config import model_from_config
+
+    def run(text: str, topics):
+        f = tmp_path / "c.toml"
+        f.write_text(text)
+        args = argparse.Namespace(config=str(f), topics=topics, unsupervised=True, batch=None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # nothing ignored with a warning either
+            return model_from_config(_demo_config("127.0.0.1:9", args, tmp_path / "s")[0].model)
+
+    m = run("[model]\n[model.engine]\nkind = \"lsparse\"\nsparsity = 2\n[model.text]\nmin_word_len = 6\n", 5)
+    assert (m.n_topics, m.sparsity, m.min_word_len) == (5, 2, 6)
+    m = run("[model]\n[model.engine]\nsparsity = 16\n[model.text]\nmin_word_len = 2\n", 5)
+    assert (m.sparsity, m.min_word_len) == (5, 3)
+    m = run("[model]\nsparsity = 2\nmin_word_len = 4\n", 6)  # flat keys of earlier files
+    assert (m.sparsity, m.min_word_len) == (2, 4)
+    m = run("[model]\n[model.engine]\nkind = \"alias\"\n[model.text]\nmin_word_len = 5\n", 5)
+    assert (m.engine, m.min_word_len) == ("alias", 5)
+    shipped = run((ROOT / "streamtopics" / "data" / "streamtopics.toml").read_text(), 20)
+    assert (shipped.n_topics, shipped.sparsity, shipped.min_word_len) == (20, 8, 3)
+
+
 def test_demo_end_to_end_small(tmp_path):
     """The embedded default on 300 documents: own broker, produce, daemon, summary, snapshot."""
     t0 = time.monotonic()
