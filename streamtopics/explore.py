@@ -132,7 +132,18 @@ class TopicExplorer:
         events = []
         if self.events is not None:
             events = self.events.detect(model.version, prevalence, [t["top_words"] for t in table], ts=time.time())
-        versions, series = trends.series()
+        self._publish(model, table, quality, int(model.version), rising, fading, status=status)
+        seconds = time.perf_counter() - t0
+        return Observation(quality, prevalence, rising, fading, events, seconds)
+
+    def _publish(self, model, table: list, quality: QualityReport, quality_version, rising: list, fading: list,
+                 measure: str = "NPMI, boolean documents, sliding window of the stream", mean_npmi=None,
+                 status: dict | None = None) -> None:
+        """Give ``table``'s topics their NPMI, prevalence series and examples, build the view
+        around it (``quality_version``: the model version coherence was measured at) and publish
+        it: one reference assignment of a new (view, JSON cache) pair; readers take it once."""
+        st = model.state
+        versions, series = model.trends.series()
         series = series[-self.series_points:].T.round(5).tolist()
         npmi = [_num(x) for x in quality.npmi]
         for k, t in enumerate(table):
@@ -142,16 +153,16 @@ class TopicExplorer:
         view = {
             "status": "ok",
             "model_version": int(model.version),
-            "quality_version": int(model.version),  # the version coherence was measured at
+            "quality_version": quality_version,
             "n_topics": int(model.n_topics),
             "docs_seen": int(st.docs_seen),
             "vocabulary": int(st.n_words),
             "engine": model.engine,
             "supervised": model.head is not None,
             "updated": time.time(),
-            "quality": {"mean_npmi": _num(quality.mean_npmi), "diversity": _num(quality.diversity),
-                        "window_documents": int(quality.window_docs), "top_n": self.top_n,
-                        "measure": "NPMI, boolean documents, sliding window of the stream"},
+            "quality": {"mean_npmi": _num(quality.mean_npmi if mean_npmi is None else mean_npmi),
+                        "diversity": _num(quality.diversity), "window_documents": int(quality.window_docs),
+                        "top_n": self.top_n, "measure": measure},
             "series_versions": [int(v) for v in versions[-self.series_points:]],
             "rising": [[k, round(c, 6)] for k, c in rising],
             "fading": [[k, round(c, 6)] for k, c in fading],
@@ -159,10 +170,7 @@ class TopicExplorer:
         }
         for key, value in (status or {}).items():
             view[key] = json_safe(value)
-        seconds = time.perf_counter() - t0
-        # publish: one reference assignment of a new (view, JSON cache) pair; readers take it once
         self._published = (view, [None])
-        return Observation(quality, prevalence, rising, fading, events, seconds)
 
     def show(self, model, quality: dict | None = None) -> Observation | None:
         """The first view of a model that has topics but no batch observed here yet (a daemon
@@ -177,29 +185,15 @@ class TopicExplorer:
         self._top = top_word_ids(st.mu[: st.n_words], 25)
         saved = q.get("npmi") if isinstance(q.get("npmi"), list) and len(q.get("npmi")) == K else [None] * K
         npmi = np.array([np.nan if v is None else float(v) for v in saved])
-        table = topic_table(model, self.top_n, self._top)
-        versions, series = model.trends.series()
-        series = series[-self.series_points:].T.round(5).tolist()
-        for k, t in enumerate(table):
-            t.update(npmi=_num(npmi[k]), prevalence_series=series[k] if k < len(series) else [], examples=[])
-        trends = model.trends
-        rising, fading = trends.rising(5), trends.fading(5)
         diversity = float(q["diversity"]) if isinstance(q.get("diversity"), (int, float)) else float("nan")
         window = int(q["window_documents"]) if isinstance(q.get("window_documents"), int) else 0
-        view = {"status": "ok", "model_version": int(model.version),
-                "quality_version": q.get("model_version"), "n_topics": int(K), "docs_seen": int(st.docs_seen),
-                "vocabulary": int(st.n_words), "engine": model.engine, "supervised": model.head is not None,
-                "updated": time.time(),
-                "quality": {"mean_npmi": _num(q["mean_npmi"] if isinstance(q.get("mean_npmi"), (int, float))
-                                              else float("nan")),
-                            "diversity": _num(diversity), "window_documents": window, "top_n": self.top_n,
-                            "measure": "NPMI, boolean documents, sliding window of the stream (as the "
-                                       "snapshot recorded it; measured again from the next batch)"},
-                "series_versions": [int(v) for v in versions[-self.series_points:]],
-                "rising": [[k, round(c, 6)] for k, c in rising], "fading": [[k, round(c, 6)] for k, c in fading],
-                "topics": table}
-        self._published = (view, [None])
         report = QualityReport(npmi, diversity, window, self._top[:, : self.top_n], np.zeros(0, dtype=np.int64))
+        trends = model.trends
+        rising, fading = trends.rising(5), trends.fading(5)
+        self._publish(model, topic_table(model, self.top_n, self._top), report, q.get("model_version"), rising,
+                      fading, measure="NPMI, boolean documents, sliding window of the stream (as the snapshot "
+                                      "recorded it; measured again from the next batch)",
+                      mean_npmi=q["mean_npmi"] if isinstance(q.get("mean_npmi"), (int, float)) else float("nan"))
         return Observation(report, trends.current(), rising, fading)
 
     def refresh(self, model, min_age_s: float = 1.0) -> bool:

@@ -186,16 +186,23 @@ def read_header(path: str | os.PathLike) -> dict:
             magic, _version, _, head_len = _PREAMBLE.unpack(pre)
             if magic != MAGIC or head_len > MAX_HEADER_BYTES:
                 raise SnapshotError(f"{path} is not a readable streamtopics snapshot")
-            unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=head_len + 1)
-            unpacker.feed(f.read(head_len))  # (the header region is padded: the first object is it)
-            header = next(unpacker)
+            header = _decode_header(f.read(head_len), head_len, path)
     except OSError as exc:
         raise SnapshotError(f"cannot open snapshot {path}: {exc.strerror or exc}") from exc
-    except (ValueError, StopIteration, msgpack.UnpackException) as exc:
+    header.pop("arrays", None)
+    return header
+
+
+def _decode_header(raw, head_len: int, path: Path) -> dict:
+    """The msgpack header of a snapshot's header region (padded: its first object is the header)."""
+    try:
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=head_len + 1)
+        unpacker.feed(raw)
+        header = next(unpacker)
+    except Exception as exc:  # noqa: BLE001 - any decode failure means corruption
         raise SnapshotError(f"snapshot {path} has an unreadable header: {exc}") from exc
     if not isinstance(header, dict):
         raise SnapshotError(f"snapshot {path} has a malformed header")
-    header.pop("arrays", None)
     return header
 
 
@@ -225,13 +232,8 @@ def read_snapshot(path: str | os.PathLike, verify: bool = True) -> tuple[dict, d
                 raise SnapshotError(f"snapshot {path} is corrupt (header length {head_len} exceeds the file)")
             if verify and crc32c.crc32c(memoryview(mm)[:body_end]) != crc:
                 raise SnapshotError(f"snapshot {path} is corrupt (checksum mismatch)")
-            try:
-                unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=head_len + 1)
-                unpacker.feed(mm[_PREAMBLE.size:_PREAMBLE.size + head_len])
-                header = next(unpacker)
-            except Exception as exc:  # noqa: BLE001 - any decode failure means corruption
-                raise SnapshotError(f"snapshot {path} has an unreadable header: {exc}") from exc
-            if not isinstance(header, dict) or not isinstance(header.get("arrays"), list):
+            header = _decode_header(mm[_PREAMBLE.size:_PREAMBLE.size + head_len], head_len, path)
+            if not isinstance(header.get("arrays"), list):
                 raise SnapshotError(f"snapshot {path} has a malformed header")
             arrays: dict[str, np.ndarray] = {}
             for entry in header["arrays"]:
