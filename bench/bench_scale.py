@@ -42,6 +42,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 import urllib.error
@@ -66,6 +67,7 @@ WARM_FRACTION = 10  # the first tenth of the predictions is the start, not the s
 
 
 THREADS = 0  # model.threads of every replica (0: the cores the process may use, the default)
+PIN = False  # --pin: replica r may use CPU r only (os.sched_setaffinity), as one core per replica
 
 
 def _config(bootstrap: str, topics: dict, updates: str, group: str, snaps: Path, rid: str, enabled: bool) -> str:
@@ -96,9 +98,8 @@ def _max_docs() -> int:
         return int(tomllib.load(f).get("batch", {}).get("max_docs", 256))
 
 
-def _read(bootstrap: str, topic: str, want: int, timeout_s: float, at: int | None = None,
-          on_at=lambda: None) -> list:
-    """``want`` records of ``topic`` (all partitions); ``on_at()`` is called once ``at`` have arrived."""
+def _read(bootstrap: str, topic: str, want: int, timeout_s: float) -> list:
+    """``want`` records of ``topic`` (all partitions), or what came within ``timeout_s``."""
     c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
                       fetch_max_wait_ms=100)
     parts = c.partitions_for_topic(topic) or {0}
@@ -108,9 +109,6 @@ def _read(bootstrap: str, topic: str, want: int, timeout_s: float, at: int | Non
     while len(out) < want and time.monotonic() < deadline:
         for recs in c.poll(timeout_ms=500).values():
             out.extend(recs)
-        if at is not None and len(out) >= at:
-            on_at()
-            at = None
     c.close()
     return out
 
@@ -145,8 +143,60 @@ def _cpu_seconds(pid: int | None) -> float:
         return 0.0
 
 
+def _documents(url: str | None) -> float:
+    """``streamtopics_documents_total`` of a replica's /metrics (0 when it does not answer)."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=2) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("streamtopics_documents_total "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, TypeError):
+        pass
+    return 0.0
+
+
+class CpuClock(threading.Thread):
+    """Samples the CPU seconds of the given processes every ``every_s`` (wall time.time() stamps), so
+    the CPU spent inside any window of the run can be read afterwards (``between``)."""
+
+    def __init__(self, pids: list[int], every_s: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.pids, self.every_s, self.samples = pids, every_s, []
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            self.samples.append((time.time(), [_cpu_seconds(p) for p in self.pids]))
+            self._stop_event.wait(self.every_s)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+        self.samples.append((time.time(), [_cpu_seconds(p) for p in self.pids]))
+
+    def between(self, t0: float, t1: float) -> list[float]:
+        """CPU seconds of each process from t0 to t1 (linear between the samples around them)."""
+        ts = [t for t, _ in self.samples]
+
+        def at(t):
+            i = min(max(bisect.bisect_left(ts, t), 1), len(ts) - 1)
+            (ta, a), (tb, b) = self.samples[i - 1], self.samples[i]
+            f = 0.0 if tb == ta else min(max((t - ta) / (tb - ta), 0.0), 1.0)
+            return [x + f * (y - x) for x, y in zip(a, b)]
+
+        return [y - x for x, y in zip(at(t0), at(t1))]
+
+
 def run(broker, values: list[bytes], n_replicas: int, enabled: bool, tmp: Path) -> dict:
-    """Docs/s of ``n_replicas`` daemon processes, started and assigned before the stream arrives."""
+    """Docs/s of ``n_replicas`` daemon processes, started and assigned before the stream arrives.
+
+    The bench's own Kafka clients keep off the cores while the replicas work: the stream is
+    produced at once by a producer with large batches (0.3-0.5 s of CPU for 11k documents; with
+    kafka-python's 16 kB batches it took several seconds of a core beside the replicas), and the
+    predictions are read back only after every replica's ``streamtopics_documents_total`` says
+    the stream is done (a consumer reading them meanwhile took 15-35 % of a core). Their ``ts``
+    (a batch's start) gives the rates; CPU of the replicas, the broker and this script is sampled
+    every 0.1 s and read over the sustained window."""
     tag = uuid.uuid4().hex[:8]
     topics = {"input": f"in-{tag}", "output": f"out-{tag}", "dead_letter": f"dlq-{tag}"}
     updates = f"upd-{tag}"
@@ -158,9 +208,12 @@ def run(broker, values: list[bytes], n_replicas: int, enabled: bool, tmp: Path) 
         cfg.write_text(_config(broker.bootstrap, topics, updates, f"g-{tag}", tmp / f"snaps-{tag}-{r}", f"r{r}",
                                enabled))
         logs.append(tmp / f"{tag}-{r}.log")
+        cpus = sorted(os.sched_getaffinity(0))
+        pin = (lambda cpu=cpus[r % len(cpus)]: os.sched_setaffinity(0, {cpu})) if PIN else None
         procs.append(subprocess.Popen([sys.executable, "-m", "streamtopics.cli", "run", "--config", str(cfg)],
                                       cwd=ROOT, stdout=open(logs[-1], "wb"), stderr=subprocess.STDOUT,
-                                      env=dict(os.environ, PYTHONPATH=str(ROOT))))
+                                      env=dict(os.environ, PYTHONPATH=str(ROOT)), preexec_fn=pin))
+    clock = None
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:  # every replica assigned, every partition owned
@@ -176,20 +229,22 @@ def run(broker, values: list[bytes], n_replicas: int, enabled: bool, tmp: Path) 
         else:
             raise RuntimeError("the replicas were not assigned every partition within 300 s")
         pids = [pr.pid for pr in procs]
-        cpu0 = [_cpu_seconds(pid) for pid in pids] + [_cpu_seconds(broker.pid), _cpu_seconds(os.getpid())]
-        p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=20)
+        clock = CpuClock(pids + [broker.pid, os.getpid()])
+        clock.start()
+        p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=50, batch_size=512 * 1024)
         for i, v in enumerate(values):
             p.send(topics["input"], v, partition=i % PARTITIONS)
         p.flush(timeout=120)
         p.close()
-        warm = len(values) // WARM_FRACTION
-        cpu_warm: list[float] = []
-        preds = _read(broker.bootstrap, topics["output"], len(values), timeout_s=900, at=warm,
-                      on_at=lambda: cpu_warm.extend([_cpu_seconds(pid) for pid in pids]
-                                                    + [_cpu_seconds(broker.pid), _cpu_seconds(os.getpid())]))
-        cpu1 = [_cpu_seconds(pid) for pid in pids] + [_cpu_seconds(broker.pid), _cpu_seconds(os.getpid())]
+        deadline = time.monotonic() + 900
+        while sum(_documents(u) for u in urls) < len(values) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        clock.stop()
         load = os.getloadavg()[0]
+        preds = _read(broker.bootstrap, topics["output"], len(values), timeout_s=120)
     finally:
+        if clock is not None and clock.is_alive():
+            clock.stop()
         for pr in procs:
             pr.terminate()
         for pr in procs:
@@ -202,17 +257,19 @@ def run(broker, values: list[bytes], n_replicas: int, enabled: bool, tmp: Path) 
     # PARTITIONS * max_docs predictions (the tail: a partition's last batch is short and is cut
     # only after batch.max_wait_ms, a second of waiting in every setting); documents of the
     # batches that started in it, over its length.
+    warm = len(values) // WARM_FRACTION
     t_start, t_end = ts[warm], ts[max(warm + 1, len(ts) - PARTITIONS * _max_docs())]
     in_window = bisect.bisect_left(ts, t_end) - bisect.bisect_left(ts, t_start)
-    cpu0 = cpu_warm or cpu0
+    cpu = clock.between(t_start, t_end)  # replicas..., broker, this script
+    per_doc = 1e3 / max(in_window, 1)
     return {"replicas": n_replicas, "log": enabled, "docs": len(preds), "seconds": round(span, 2),
             "docs_per_s": round(in_window / (t_end - t_start) if t_end > t_start else len(preds) / span, 1),
             "docs_per_s_whole": round(len(preds) / span, 1),
             "log_bytes_per_doc": round(sum(len(r.value) for r in upd) / len(values), 1) if upd else None,
-            # CPU per document after the start: the replicas, the broker, this script's clients
-            "cpu_ms_per_doc": round(1e3 * sum(b - a for a, b in zip(cpu0[:-2], cpu1[:-2])) / (len(preds) - warm), 3),
-            "broker_cpu_ms_per_doc": round(1e3 * (cpu1[-2] - cpu0[-2]) / (len(preds) - warm), 3),
-            "client_cpu_ms_per_doc": round(1e3 * (cpu1[-1] - cpu0[-1]) / (len(preds) - warm), 3),
+            # CPU per document in the sustained window: the replicas, the broker, this script's clients
+            "cpu_ms_per_doc": round(per_doc * sum(cpu[:-2]), 3),
+            "broker_cpu_ms_per_doc": round(per_doc * cpu[-2], 3),
+            "client_cpu_ms_per_doc": round(per_doc * cpu[-1], 3),
             "load1": round(load, 2)}
 
 
@@ -269,14 +326,19 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0,
                     help="model.threads of each replica (0 = default: all cores; 1 = one core each, "
                          "as replicas on separate machines)")
+    ap.add_argument("--pin", action="store_true",
+                    help="replica r may run on CPU r only (its threads default to that one core): one core per "
+                         "replica, as replicas on separate one-core machines or containers with cpus = 1; the "
+                         "broker and this script's clients are not pinned")
     args = ap.parse_args()
-    global THREADS
-    THREADS = args.threads
+    global THREADS, PIN
+    THREADS, PIN = args.threads, args.pin
     name, corpus = load_default_corpus("train")
     corpus = corpus[: args.docs] if args.docs else corpus
     values = [msgpack.packb({"id": d.id, "text": d.text}) for d in corpus]
     print(f"corpus {name}: {len(values):,} documents, {PARTITIONS} partitions, shipped config, "
-          f"model.threads = {args.threads or 'all cores'} per replica")
+          f"model.threads = {args.threads or 'all cores'} per replica"
+          + (", each replica pinned to one CPU" if args.pin else ""))
     k = costs([d.text for d in corpus])
     print(f"costs (one thread): compute c = {k['compute_s_per_batch'] * 1e3:.1f} ms/batch, apply a = "
           f"{k['apply_s_per_update'] * 1e3:.2f} ms/update, {k['record_bytes_per_doc']:,.0f} log bytes/doc; "
@@ -332,6 +394,7 @@ def main() -> None:
     res = ROOT / "bench" / "results"
     res.mkdir(exist_ok=True)
     name = "scale.json" if not args.threads else f"scale-threads{args.threads}.json"
+    name = name.replace(".json", "-pinned.json") if args.pin else name
     (res / name).write_text(json.dumps(out, indent=1))
     print(f"\nresults written to {res / name}")
 
