@@ -56,7 +56,7 @@ Z_NORMAL = 1e-250
 
 
 @njit(cache=True, nogil=True)
-def _resp_pass(C, cmax, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
+def _resp_pass(C, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
                top_idx, top_r, top_e, top_n, vals, idxbuf, w):
     """One sweep over a document's word types; returns (n_sel, max |delta N|).
 
@@ -79,16 +79,6 @@ def _resp_pass(C, cmax, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_se
             else:
                 in_sel[k] = 0
         n_sel = m
-        # Candidates in decreasing P_k: since W_uk = C_uk + P_k <= max_k C_uk + P_k, a token's
-        # scan stops at the first candidate whose bound is below its threshold (exact).
-        for a in range(1, n_sel):
-            k = sel[a]
-            pk = P[k]
-            b = a - 1
-            while b >= 0 and P[sel[b]] < pk:
-                sel[b + 1] = sel[b]
-                b -= 1
-            sel[b + 1] = k
     want = L if n_sel > L else n_sel
     for j in range(s, e):
         u = loc[j]
@@ -122,34 +112,22 @@ def _resp_pass(C, cmax, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_se
                 floor = vmax - 36.0
                 if floor > tau:
                     tau = floor
-            # Scan candidates in decreasing P_k keeping the best `want` in a sorted buffer; once
-            # it is full its last value raises the threshold, so the scan stops as soon as the
-            # bound max_k C_uk + P_k falls below the L-th best seen (the L winners are exact).
+            # Every candidate that can win (W_uk >= tau) is kept, compacted without a branch, and
+            # the best `want` of those few are selected (SelectTopL, Alg. 1): typically ~10 of
+            # the active set survive. (A scan in decreasing P_k that stopped at the bound
+            # max_k C_uk + P_k < tau cost more: in the first iterations the active set is most of
+            # K, P is flat and the bound rarely stopped it; its branches and the per-pass sort
+            # of the candidates were most of the selection's time.)
             n = 0
-            cu = cmax[u]
             for a in range(n_sel):
                 k = sel[a]
-                pk = P[k]
-                if cu + pk < tau:
-                    break  # sel is sorted by P: no later candidate can reach tau
-                v = C[u, k] + pk
-                if v < tau:
-                    continue
-                if n < want:
-                    i = n
-                    n += 1
-                elif v > vals[want - 1]:
-                    i = want - 1
-                else:
-                    continue
-                while i > 0 and vals[i - 1] < v:
-                    vals[i] = vals[i - 1]
-                    idxbuf[i] = idxbuf[i - 1]
-                    i -= 1
-                vals[i] = v
-                idxbuf[i] = k
-                if n == want and vals[want - 1] > tau:
-                    tau = vals[want - 1]
+                v = C[u, k] + P[k]
+                vals[n] = v
+                idxbuf[n] = k
+                n += v >= tau
+            if n > want:
+                select_top(vals, idxbuf, n, want)
+                n = want
             m = n  # fewer than L only when the floor left fewer (the rest were negligible anyway)
             for l in range(m):
                 k = idxbuf[l]
@@ -273,7 +251,7 @@ def word_top_rows(C, L, idx, val, cmax, eC, u0, u1, c0, order, e0):
         for l in range(1, L):
             if vals[l] > mx:
                 mx = vals[l]
-        cmax[u] = mx  # max_k C_uk: bounds every weight C_uk + P_k of this word (selection cut-off)
+        cmax[u] = mx  # max_k C_uk: the scale of the row's factors eC_uk = exp(C_uk - max_k C_uk)
         a = math.exp(c0max - mx) if own < K else 0.0
         for k in range(K):
             eC[u, k] = a * e0[k]
@@ -421,7 +399,7 @@ def _sup_weights(nd, N, sel, n_sel, E, V, rho, kappa, G, mbar):
 
 
 @njit(cache=True, nogil=True)
-def _iterate(C, cmax, eC, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
+def _iterate(C, eC, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
              top_idx, top_r, top_e, top_n, vals, idxbuf, w, proposal=False):
     """Block coordinate ascent between r_d and theta_d (Alg. 2); returns (n_sel, iterations).
 
@@ -443,7 +421,7 @@ def _iterate(C, cmax, eC, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel,
             select = 2 if it == first_iter else 0
         else:
             select = 1 if (it <= 5 or it % 10 == 0) else 0
-        n_sel, delta = _resp_pass(C, cmax, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
+        n_sel, delta = _resp_pass(C, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
                                   top_idx, top_r, top_e, top_n, vals, idxbuf, w)
         if delta < tol:
             break
@@ -451,7 +429,7 @@ def _iterate(C, cmax, eC, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel,
 
 
 @njit(cache=True, nogil=True)
-def _iterate_sup(C, cmax, eC, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
+def _iterate_sup(C, eC, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_sel, n_sel, first_iter, max_iter, tol, eps,
                  top_idx, top_r, top_e, top_n, vals, idxbuf, w,
                  nd, E, V, yd, md, loss, c, ell, sup_eps, rho, kappa, G, mbar, tmp, tmpG, damp):
     """``_iterate`` with the label term: P_k = E[log pi_dk] + G_dk (docs/supervised.md §5.3).
@@ -485,7 +463,7 @@ def _iterate_sup(C, cmax, eC, loc, cnt, s, e, alpha, L, P, eP, N, Nold, sel, in_
         for a in range(n_sel):
             k = sel[a]
             eP[k] = math.exp(P[k] - pmx)
-        n_sel, delta = _resp_pass(C, cmax, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
+        n_sel, delta = _resp_pass(C, eC, loc, cnt, s, e, L, P, eP, N, Nold, sel, in_sel, n_sel, select, eps,
                                   top_idx, top_r, top_e, top_n, vals, idxbuf, w)
         if delta < tol:
             break
@@ -546,7 +524,7 @@ def lsparse_batch_sup(C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, restar
     init_idx, init_val, cmax, eC = _word_top(C, Lc)
     outs = batch_outputs(D, loc.shape[0], K, Lc, E.shape[0], sup)
     doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc, sup_rho, sup_kappa = outs
-    tried, accepted = lsparse_docs(0, D, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol,
+    tried, accepted = lsparse_docs(0, D, C, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol,
                                    eps, restart_trials, restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps,
                                    sup_damp, doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent,
                                    alloc, sup_rho, sup_kappa)
@@ -562,7 +540,7 @@ def batch_outputs(D, nnz, K, Lc, Ly, sup):
 
 
 @njit(cache=True, nogil=True)
-def lsparse_docs(d0, d1, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol, eps,
+def lsparse_docs(d0, d1, C, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol, eps,
                  restart_trials, restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps, sup_damp,
                  doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc, sup_rho, sup_kappa):
     """The local step of documents d0..d1-1, written into their rows/entries of the outputs.
@@ -616,12 +594,12 @@ def lsparse_docs(d0, d1, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alp
             nd = 0.0
             for j in range(s, e):
                 nd += cnt[j]
-            n_sel, it = _iterate_sup(C, cmax, eC, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter,
+            n_sel, it = _iterate_sup(C, eC, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter,
                                      tol, eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w,
                                      nd, E, V, Y[d], M[d], loss, c, ell, sup_eps, sup_rho[d], sup_kappa[d], G, mbar,
                                      tmp, tmpG, sup_damp)
         else:
-            n_sel, it = _iterate(C, cmax, eC, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter, tol,
+            n_sel, it = _iterate(C, eC, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1, max_iter, tol,
                                  eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w)
         iters[d] = it
         dt, et, at = _doc_terms(C, loc, cnt, s, e, alpha, K, N, sel, n_sel, top_idx, top_r, top_n)
@@ -659,7 +637,7 @@ def lsparse_docs(d0, d1, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alp
                     bk_N[sel[a]] = N[sel[a]]
                 # Proposal: all of topic j's mass forced to zero, then a few iterations forward.
                 N[j] = 0.0
-                n_sel2, _ = _iterate(C, cmax, eC, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1,
+                n_sel2, _ = _iterate(C, eC, loc, cnt, s, e, alpha, Lc, P, eP, N, Nold, sel, in_sel, n_sel, 1,
                                      restart_iters, tol, eps, top_idx, top_r, top_e, top_n, vals, idxbuf, w, True)
                 if abs(N[j] - bk_N[j]) < 1e-5:
                     d2 = e2 = a2 = -np.inf  # the topic grew straight back: same optimum, skip the objective
@@ -744,7 +722,7 @@ def word_top_claimed(counter, bounds, C, L, idx, val, cmax, eC, c0, order, e0):
 
 
 @njit(cache=True, nogil=True)
-def lsparse_docs_claimed(counter, bounds, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol,
+def lsparse_docs_claimed(counter, bounds, C, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol,
                          eps, restart_trials, restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps, sup_damp,
                          doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc, sup_rho,
                          sup_kappa):
@@ -753,7 +731,7 @@ def lsparse_docs_claimed(counter, bounds, C, cmax, eC, init_idx, init_val, doc_p
     tried = 0
     accepted = 0
     for lo, hi in claimed(counter, bounds):
-        t, a = lsparse_docs(lo, hi, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc,
+        t, a = lsparse_docs(lo, hi, C, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc,
                             max_iter, tol, eps, restart_trials, restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps,
                             sup_damp, doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc,
                             sup_rho, sup_kappa)
@@ -787,7 +765,7 @@ def run_lsparse(runner, C, doc_ptr, loc, cnt, alpha, L, max_iter, tol, eps, rest
     outs = batch_outputs.py_func(D, loc.shape[0], K, Lc, E.shape[0], sup)
     docs = runner.bounds(doc_ptr, uneven=True)
     counts = runner.run_claimed(lambda ctr: lsparse_docs_claimed(
-        ctr, docs, C, cmax, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol, eps, restart_trials,
+        ctr, docs, C, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc, max_iter, tol, eps, restart_trials,
         restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps, sup_damp, *outs))
     tried = sum(t for t, _ in counts)
     accepted = sum(a for _, a in counts)
