@@ -1,11 +1,13 @@
 """Scale-out: sustained docs/s of 1 and 2 replicas sharing one model through the update log.
 
     python bench/bench_scale.py                 # 20NG train (11,314 docs), shipped config
+    python bench/bench_scale.py --pin           # one CPU per replica (and for the one replica)
     python bench/bench_scale.py --docs 4000     # quicker
 
 Each run: the replicas (daemon subprocesses, ``python -m streamtopics.cli run``, the shipped
-config with ``[replication] enabled = true``; one more setting with it off: today's single
-daemon) start on a fresh 2-partition input topic and are assigned every partition before the
+config with ``[replication] enabled = true``; two more settings with it off: today's single
+daemon, and two daemons in one group, each learning its own partition into a model of its own,
+which measures what this machine gives two processes) start on a fresh 2-partition input topic and are assigned every partition before the
 stream is produced at once. Sustained throughput: the documents of the batches that started
 within a window, over its length, from the predictions' ts (a batch's start) read back from
 the predictions topic. The window leaves out, in every setting alike, the start (the first
@@ -19,8 +21,9 @@ read from /proc over the same part of the stream, per document: on a machine wit
 they bound what N replicas can reach (printed as the CPU bound).
 
 Measured alongside, in this process on the same batches: the compute cost c of one batch
-(``Replica.compute``: local step + record) and the apply cost a of one update record
-(``Replica.apply``), and the update log's bytes per document. Scaling model (docs/scale-out.md):
+(``Replica.compute``: local step + record, plus producing the record with the daemon's producer
+settings for the log) and the apply cost a of one update record (consuming it with the daemon's
+reader settings, decoding, ``Replica.apply``), and the update log's bytes per document. Scaling model (docs/scale-out.md):
 each replica computes its own batches and applies everybody's, so with N replicas a replica
 spends c + N a per own batch and the system makes N / (c + N a) batches/s:
 
@@ -278,7 +281,7 @@ def costs(texts: list[str], batch: int = 256) -> dict:
     model = TopicModel(threads=1)
     tokens = model.tokenize(texts)
     rep, other = Replica(TopicModel(threads=1)), Replica(TopicModel(threads=1))
-    c_s, a_s, n_c, n_a, nbytes = 0.0, 0.0, 0, 0, 0
+    c_s, a_s, n_c, n_a, nbytes, sample = 0.0, 0.0, 0, 0, 0, []
     for i, j in enumerate(range(0, len(tokens), batch)):
         toks = tokens[j:j + batch]
         t0 = time.perf_counter()
@@ -296,9 +299,40 @@ def costs(texts: list[str], batch: int = 256) -> dict:
         rep.apply(whole, i)
         if rec.kind == "summary":
             c_s, a_s, n_c, n_a = c_s + dt_c, a_s + dt_a, n_c + 1, n_a + 1
+            if i % 4 == 0:
+                sample.extend(parts)
     c, a = c_s / n_c, a_s / n_a
     return {"compute_s_per_batch": round(c, 4), "apply_s_per_update": round(a, 4),
-            "record_bytes_per_doc": round(nbytes / len(texts), 1), "saturation_replicas": round((c + a) / a, 1)}
+            "record_bytes_per_doc": round(nbytes / len(texts), 1), "sample_records": sample}
+
+
+def log_client_costs(bootstrap: str, records: list[bytes]) -> dict:
+    """CPU seconds per update record of the log's Kafka clients, with the daemon's own settings for
+    them (the shipped [kafka] section through ``log_writer_kwargs`` / ``log_reader_kwargs``):
+    producing one (the computing replica, once) and consuming one (every replica, each record)."""
+    from streamtopics.config import Config
+    from streamtopics.service.session import log_reader_kwargs, log_writer_kwargs
+
+    with open(ROOT / "config" / "streamtopics.toml", "rb") as f:
+        d = tomllib.load(f)
+    d["kafka"].update(bootstrap_servers=bootstrap)
+    k = Config.from_dict(d, env={}).kafka
+    topic = f"cost-{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, {topic: 1})
+    p = KafkaProducer(**log_writer_kwargs(k, 1048576 + 65536))
+    t0 = time.process_time()
+    for raw in records:
+        p.send(topic, raw).get(timeout=60)
+    produce = (time.process_time() - t0) / len(records)
+    p.close()
+    c = KafkaConsumer(**log_reader_kwargs(k, 2 * 1048576))
+    c.assign([TopicPartition(topic, 0)])
+    got, t0 = 0, time.process_time()
+    while got < len(records):
+        got += sum(len(rs) for rs in c.poll(timeout_ms=500).values())
+    consume = (time.process_time() - t0) / len(records)
+    c.close()
+    return {"produce_s_per_record": round(produce, 5), "consume_s_per_record": round(consume, 5)}
 
 
 def _cpu_per_doc(r: dict) -> float:
@@ -313,6 +347,17 @@ def _paired(num: list[dict], den: list[dict]) -> dict:
 
 def _fmt(p: dict) -> str:
     return f"median {p['median']:.2f}x (" + ", ".join(f"{r:.2f}" for r in p["rounds"]) + ")"
+
+
+# (replicas, update log): one daemon; one replica; two replicas sharing a model; two daemons with
+# two unrelated models (the machine's own scaling for two processes).
+SETTINGS = ((1, False), (1, True), (2, True), (2, False))
+
+
+def _name(n: int, log: bool) -> str:
+    if not log:
+        return "1 daemon, no log" if n == 1 else f"{n} daemons, no log (unrelated models)"
+    return f"{n} replica{'s' if n > 1 else ''}, update log on"
 
 
 def model_speedup(n: int, c: float, a: float) -> float:
@@ -340,15 +385,23 @@ def main() -> None:
           f"model.threads = {args.threads or 'all cores'} per replica"
           + (", each replica pinned to one CPU" if args.pin else ""))
     k = costs([d.text for d in corpus])
-    print(f"costs (one thread): compute c = {k['compute_s_per_batch'] * 1e3:.1f} ms/batch, apply a = "
-          f"{k['apply_s_per_update'] * 1e3:.2f} ms/update, {k['record_bytes_per_doc']:,.0f} log bytes/doc; "
-          f"the log saturates at about {k['saturation_replicas']:.0f} replicas")
     with tempfile.TemporaryDirectory() as d, EmbeddedBroker() as broker:
+        k.update(log_client_costs(broker.bootstrap, k.pop("sample_records")))
+        # A replica spends c (its local step, building and producing its record) per own batch and
+        # a (consuming, decoding and applying a record) per record of the log.
+        k["c"] = k["compute_s_per_batch"] + k["produce_s_per_record"]
+        k["a"] = k["apply_s_per_update"] + k["consume_s_per_record"]
+        k["saturation_replicas"] = round((k["c"] + k["a"]) / k["a"], 1)
+        print(f"costs (one thread): compute c = {k['c'] * 1e3:.1f} ms/batch (local step and record "
+              f"{k['compute_s_per_batch'] * 1e3:.1f}, producing it {k['produce_s_per_record'] * 1e3:.2f}), apply a = "
+              f"{k['a'] * 1e3:.2f} ms/update (consuming {k['consume_s_per_record'] * 1e3:.2f}, decoding and applying "
+              f"{k['apply_s_per_update'] * 1e3:.2f}), {k['record_bytes_per_doc']:,.0f} log bytes/doc; the log "
+              f"saturates at about {k['saturation_replicas']:.0f} replicas")
         tmp = Path(d)
         run(broker, values[:512], 1, True, tmp)  # warm-up: numba caches, broker
         rounds: dict[tuple, list] = {}
         for _ in range(args.rounds):  # alternating, so drift in the machine's load hits all alike
-            for n_rep, enabled in ((1, False), (1, True), (2, True)):
+            for n_rep, enabled in SETTINGS:
                 rounds.setdefault((n_rep, enabled), []).append(run(broker, values, n_rep, enabled, tmp))
 
         def median(rs):
@@ -356,14 +409,15 @@ def main() -> None:
 
         off, one, two = (median(rounds[k]) for k in ((1, False), (1, True), (2, True)))
         for key, rs in rounds.items():
-            print(f"  rounds {key[0]} replica(s), log {'on' if key[1] else 'off'}: "
+            print(f"  rounds {_name(*key)}: "
                   + ", ".join(f"{r['docs_per_s']:,.0f}" for r in rs) + " docs/s sustained ("
                   + ", ".join(f"{r['docs_per_s_whole']:,.0f}" for r in rs) + " over the whole stream; load average "
                   + ", ".join(f"{r['load1']:.1f}" for r in rs) + ")")
     s_meas = two["docs_per_s"] / one["docs_per_s"]
-    s_model = model_speedup(2, k["compute_s_per_batch"], k["apply_s_per_update"])
-    for r in (off, one, two):
-        print(f"  {r['replicas']} replica(s), update log {'on ' if r['log'] else 'off'}: "
+    s_model = model_speedup(2, k["c"], k["a"])
+    apart = median(rounds[(2, False)])
+    for r in (off, one, two, apart):
+        print(f"  {_name(r['replicas'], r['log'])}: "
               f"{r['docs_per_s']:8,.0f} docs/s sustained, {r['docs_per_s_whole']:,.0f} over the whole stream "
               f"({r['docs']:,} docs in {r['seconds']:.1f} s)"
               + (f", {r['log_bytes_per_doc']:,.0f} log bytes/doc" if r["log_bytes_per_doc"] else "")
@@ -375,18 +429,24 @@ def main() -> None:
     # drift between rounds (10-25 % here), which the ratio of medians does not.
     on_off = _paired(rounds[(1, True)], rounds[(1, False)])
     two_one = _paired(rounds[(2, True)], rounds[(1, True)])
+    # Two daemons without the log learn two unrelated models (one partition each): no record is
+    # built, sent, read or applied, so their speed-up over one daemon is what this machine gives two
+    # processes (its cores, shared caches and memory, the broker): the ceiling for 2 replicas.
+    ceiling = _paired(rounds[(2, False)], rounds[(1, False)])
     print(f"  1 replica with the log vs without: {one['docs_per_s'] / off['docs_per_s']:.2f}x sustained (medians), "
           f"paired rounds {_fmt(on_off)}; {whole[(1, True)] / whole[(1, False)]:.2f}x over the whole stream "
           f"(target >= 0.90)")
     print(f"  2 replicas vs 1: measured {s_meas:.2f}x sustained (medians), paired rounds {_fmt(two_one)}; "
           f"{whole[(2, True)] / whole[(1, True)]:.2f}x over the whole stream; model {s_model:.2f}x (target >= 1.7x)")
+    print(f"  2 independent daemons (no log) vs 1: paired rounds {_fmt(ceiling)}: what this machine gives two "
+          f"processes; 2 replicas reach {two_one['median'] / ceiling['median']:.0%} of it")
     # What this machine's cores allow: 2 replicas, the broker and this script's clients need
     # _cpu_per_doc ms of CPU per document, so the cores cannot make more documents per second.
     cores = os.cpu_count() or 1
     bound = cores * 1e3 / _cpu_per_doc(two) / one["docs_per_s"]
     print(f"  CPU bound on this machine ({cores} cores / the CPU per document of 2 replicas, broker and clients): "
           f"2 replicas vs 1 <= {bound:.2f}x")
-    out = {"costs": k, "runs": [off, one, two], "speedup_2": round(s_meas, 3), "model_speedup_2": round(s_model, 3),
+    out = {"costs": k, "runs": [off, one, two, apart], "two_daemons_vs_one_paired": ceiling, "speedup_2": round(s_meas, 3), "model_speedup_2": round(s_model, 3),
            "cpu_bound_speedup_2": round(bound, 3),
            "rounds": {f"{n}-{'on' if e else 'off'}": rs for (n, e), rs in rounds.items()},
            "log_on_vs_off": round(one["docs_per_s"] / off["docs_per_s"], 3),
