@@ -197,7 +197,7 @@ def run(broker, values: list[bytes], n_replicas: int, enabled: bool, tmp: Path) 
     produced at once by a producer with large batches (0.3-0.5 s of CPU for 11k documents; with
     kafka-python's 16 kB batches it took several seconds of a core beside the replicas), and the
     predictions are read back only after every replica's ``streamtopics_documents_total`` says
-    the stream is done (a consumer reading them meanwhile took 15-35 % of a core). Their ``ts``
+    the stream is done (a consumer reading them meanwhile took 30-36 % of a core). Their ``ts``
     (a batch's start) gives the rates; CPU of the replicas, the broker and this script is sampled
     every 0.1 s and read over the sustained window."""
     tag = uuid.uuid4().hex[:8]
