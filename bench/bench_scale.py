@@ -7,11 +7,11 @@
 Each run: the replicas (daemon subprocesses, ``python -m streamtopics.cli run``, the shipped
 config with ``[replication] enabled = true``; two more settings with it off: today's single
 daemon, and two daemons in one group, each learning its own partition into a model of its own,
-which measures what this machine gives two processes) start on a fresh 2-partition input topic and are assigned every partition before the
-stream is produced at once. Sustained throughput: the documents of the batches that started
-within a window, over its length, from the predictions' ts (a batch's start) read back from
-the predictions topic. The window leaves out, in every setting alike, the start (the first
-tenth of the predictions: topics seeded from the first batch; with 2 replicas both first
+which measures what this machine gives two processes) start on a fresh 2-partition input topic
+and are assigned every partition before the stream is produced at once. Sustained throughput:
+the documents of the batches that started within a window, over its length, from the
+predictions' ts (a batch's start) read back from the predictions topic. The window leaves out,
+in every setting alike, the start (the first tenth of the predictions: topics seeded from the first batch; with 2 replicas both first
 records computed against an empty model and each applied by both) and the tail (the last
 2 x batch.max_docs predictions: each partition's last batch is short, so it is cut only after
 batch.max_wait_ms - a second of waiting, longer than the gap between the settings on a short
@@ -23,9 +23,10 @@ they bound what N replicas can reach (printed as the CPU bound).
 Measured alongside, in this process on the same batches: the compute cost c of one batch
 (``Replica.compute``: local step + record, plus producing the record with the daemon's producer
 settings for the log) and the apply cost a of one update record (consuming it with the daemon's
-reader settings, decoding, ``Replica.apply``), and the update log's bytes per document. Scaling model (docs/scale-out.md):
-each replica computes its own batches and applies everybody's, so with N replicas a replica
-spends c + N a per own batch and the system makes N / (c + N a) batches/s:
+reader settings, decoding, ``Replica.apply``), and the update log's bytes per document.
+Scaling model (docs/scale-out.md): each replica computes its own batches and applies
+everybody's, so with N replicas a replica spends c + N a per own batch and the system makes
+N / (c + N a) batches/s:
 
     S(N) = N (c + a) / (c + N a),    saturating at (c + a) / a replicas' worth.
 
@@ -167,15 +168,18 @@ class CpuClock(threading.Thread):
         self.pids, self.every_s, self.samples = pids, every_s, []
         self._stop_event = threading.Event()
 
+    def _sample(self) -> None:
+        self.samples.append((time.time(), [_cpu_seconds(p) for p in self.pids]))
+
     def run(self) -> None:
         while not self._stop_event.is_set():
-            self.samples.append((time.time(), [_cpu_seconds(p) for p in self.pids]))
+            self._sample()
             self._stop_event.wait(self.every_s)
 
     def stop(self) -> None:
         self._stop_event.set()
         self.join()
-        self.samples.append((time.time(), [_cpu_seconds(p) for p in self.pids]))
+        self._sample()
 
     def between(self, t0: float, t1: float) -> list[float]:
         """CPU seconds of each process from t0 to t1 (linear between the samples around them)."""
@@ -206,12 +210,12 @@ def run(broker, values: list[bytes], n_replicas: int, enabled: bool, tmp: Path) 
     create_topics(broker.bootstrap, {topics["input"]: PARTITIONS, topics["output"]: PARTITIONS,
                                      topics["dead_letter"]: 1, updates: 1})
     procs, logs = [], []
+    cpus = sorted(os.sched_getaffinity(0))
     for r in range(n_replicas):
         cfg = tmp / f"{tag}-{r}.toml"
         cfg.write_text(_config(broker.bootstrap, topics, updates, f"g-{tag}", tmp / f"snaps-{tag}-{r}", f"r{r}",
                                enabled))
         logs.append(tmp / f"{tag}-{r}.log")
-        cpus = sorted(os.sched_getaffinity(0))
         pin = (lambda cpu=cpus[r % len(cpus)]: os.sched_setaffinity(0, {cpu})) if PIN else None
         procs.append(subprocess.Popen([sys.executable, "-m", "streamtopics.cli", "run", "--config", str(cfg)],
                                       cwd=ROOT, stdout=open(logs[-1], "wb"), stderr=subprocess.STDOUT,
@@ -308,24 +312,24 @@ def costs(texts: list[str], batch: int = 256) -> dict:
 
 def log_client_costs(bootstrap: str, records: list[bytes]) -> dict:
     """CPU seconds per update record of the log's Kafka clients, with the daemon's own settings for
-    them (the shipped [kafka] section through ``log_writer_kwargs`` / ``log_reader_kwargs``):
-    producing one (the computing replica, once) and consuming one (every replica, each record)."""
+    them (``update_log_clients`` of the shipped config): producing one (the computing replica,
+    once) and consuming one (every replica, each record)."""
     from streamtopics.config import Config
-    from streamtopics.service.session import log_reader_kwargs, log_writer_kwargs
+    from streamtopics.service.replica_sync import update_log_clients
 
     with open(ROOT / "config" / "streamtopics.toml", "rb") as f:
         d = tomllib.load(f)
     d["kafka"].update(bootstrap_servers=bootstrap)
-    k = Config.from_dict(d, env={}).kafka
+    reader_kw, writer_kw = update_log_clients(Config.from_dict(d, env={}))
     topic = f"cost-{uuid.uuid4().hex[:8]}"
     create_topics(bootstrap, {topic: 1})
-    p = KafkaProducer(**log_writer_kwargs(k, 1048576 + 65536))
+    p = KafkaProducer(**writer_kw)
     t0 = time.process_time()
     for raw in records:
         p.send(topic, raw).get(timeout=60)
     produce = (time.process_time() - t0) / len(records)
     p.close()
-    c = KafkaConsumer(**log_reader_kwargs(k, 2 * 1048576))
+    c = KafkaConsumer(**reader_kw)
     c.assign([TopicPartition(topic, 0)])
     got, t0 = 0, time.process_time()
     while got < len(records):
@@ -446,7 +450,8 @@ def main() -> None:
     bound = cores * 1e3 / _cpu_per_doc(two) / one["docs_per_s"]
     print(f"  CPU bound on this machine ({cores} cores / the CPU per document of 2 replicas, broker and clients): "
           f"2 replicas vs 1 <= {bound:.2f}x")
-    out = {"costs": k, "runs": [off, one, two, apart], "two_daemons_vs_one_paired": ceiling, "speedup_2": round(s_meas, 3), "model_speedup_2": round(s_model, 3),
+    out = {"costs": k, "runs": [off, one, two, apart], "two_daemons_vs_one_paired": ceiling,
+           "speedup_2": round(s_meas, 3), "model_speedup_2": round(s_model, 3),
            "cpu_bound_speedup_2": round(bound, 3),
            "rounds": {f"{n}-{'on' if e else 'off'}": rs for (n, e), rs in rounds.items()},
            "log_on_vs_off": round(one["docs_per_s"] / off["docs_per_s"], 3),

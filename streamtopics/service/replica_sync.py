@@ -28,7 +28,7 @@ from .replication import Computed, Replica, Source, UpdateRecord
 from .session import log_reader_kwargs, log_writer_kwargs
 from .update_log import Fetched, UpdateReader, UpdateWriter
 
-__all__ = ["ReplicaMode", "ReplicaSync"]
+__all__ = ["ReplicaMode", "ReplicaSync", "update_log_clients"]
 
 log = logging.getLogger("streamtopics.daemon")
 
@@ -38,6 +38,14 @@ OPEN_PART_SPAN = 10_000
 # How long a replica with no topics yet waits for its first batch record to come back applied
 # before computing its next batch (see ReplicaMode.compute); a round trip takes 0.1-0.3 s.
 FIRST_TOPICS_WAIT_S = 5.0
+
+
+def update_log_clients(cfg) -> tuple[dict, dict]:
+    """The update log's (reader, writer) client settings: a fetch of two whole records, a request
+    of one record and its headers (at least 1 MiB each)."""
+    k, rc = cfg.kafka, cfg.replication
+    return (log_reader_kwargs(k, max(1048576, 2 * rc.max_record_bytes)),
+            log_writer_kwargs(k, max(1048576, rc.max_record_bytes + 65536)))
 
 
 class ReplicaSync:
@@ -110,15 +118,14 @@ class ReplicaSync:
         problem = self.check_retention()
         if problem:
             log.error(problem)
-        k = self.cfg.kafka
-        reader_kw = log_reader_kwargs(k, max(1048576, 2 * self.rc.max_record_bytes))
+        reader_kw, writer_kw = update_log_clients(self.cfg)
         # Reading (poll, decode, reassembling parts) runs on the reader's thread; the log's end
         # for catch_up is asked by a consumer of its own (a KafkaConsumer is not thread-safe).
         start = self.replica.offset if read_from is None else min(int(read_from), self.replica.offset)
         self._reader = UpdateReader(lambda: KafkaConsumer(**reader_kw), self.tp, start)
         self._reader.start()
         self._ends = KafkaConsumer(**reader_kw)
-        self._producer = KafkaProducer(**log_writer_kwargs(k, max(1048576, self.rc.max_record_bytes + 65536)))
+        self._producer = KafkaProducer(**writer_kw)
         self._writer = UpdateWriter(self._producer, self.tp.topic, self.rc.max_record_bytes, self._on_send_error)
 
     # -- the log's end and applying --------------------------------------------------------
