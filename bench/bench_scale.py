@@ -11,8 +11,9 @@ which measures what this machine gives two processes) start on a fresh 2-partiti
 and are assigned every partition before the stream is produced at once. Sustained throughput:
 the documents of the batches that started within a window, over its length, from the
 predictions' ts (a batch's start) read back from the predictions topic. The window leaves out,
-in every setting alike, the start (the first tenth of the predictions: topics seeded from the first batch; with 2 replicas both first
-records computed against an empty model and each applied by both) and the tail (the last
+in every setting alike, the start (the first tenth of the predictions: topics seeded from the
+first batch; with 2 replicas both first records computed against an empty model and each
+applied by both) and the tail (the last
 2 x batch.max_docs predictions: each partition's last batch is short, so it is cut only after
 batch.max_wait_ms - a second of waiting, longer than the gap between the settings on a short
 stream). The rate over the whole stream, first to last prediction, is printed too; medians of
