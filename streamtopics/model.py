@@ -491,9 +491,9 @@ def head_trained(head: SupervisedHead | None) -> bool:
     return head is not None and head.n_updates > 0 and head.n_labels > 0
 
 
-def _step_stats(batch: Batch, result, info: dict, times: tuple) -> dict:
-    """``last_stats`` of one ``process`` step (times: start, local step done, update done, classifier done)."""
-    t0, t1, t2, t3 = times
+def local_step_stats(batch: Batch, result, seconds: float) -> dict:
+    """The diagnostics of a local step (``LocalResult``) on ``batch`` that took ``seconds``: what
+    ``last_stats`` and a replica's computation report (the daemon's metrics read them)."""
     return {
         "docs": batch.n_docs, "tokens": batch.n_tokens, "dropped_tokens": batch.dropped_tokens,
         "evicted_words": int(batch.evicted.size),
@@ -501,10 +501,15 @@ def _step_stats(batch: Batch, result, info: dict, times: tuple) -> dict:
         "iterations": result.iterations,
         "restarts_tried": result.restarts_tried, "restarts_accepted": result.restarts_accepted,
         "objective_per_token": result.objective / batch.n_tokens if batch.n_tokens else 0.0,
-        "local_seconds": t1 - t0, "update_seconds": t2 - t1, "docs_per_batch": max(batch.n_docs, 1),
-        "classifier_seconds": t3 - t2,
-        **result.stats, **info,
+        "local_seconds": seconds, "docs_per_batch": max(batch.n_docs, 1), **result.stats,
     }
+
+
+def _step_stats(batch: Batch, result, info: dict, times: tuple) -> dict:
+    """``last_stats`` of one ``process`` step (times: start, local step done, update done, classifier done)."""
+    t0, t1, t2, t3 = times
+    return local_step_stats(batch, result, t1 - t0) | {"update_seconds": t2 - t1, "classifier_seconds": t3 - t2,
+                                                       **info}
 
 
 def flat_alpha_default(options) -> bool:

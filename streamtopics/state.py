@@ -257,6 +257,7 @@ class ModelState:
             return
         mu, scale, beta, common = self.mu, self.scale, self.beta, self.smoothing
         rows = np.asarray(rows, dtype=np.int64)
+        rows = rows[(rows >= 0) & (rows < self.n_words)]  # a replica's last batch had provisional ids past them
         aside = runner.aside(lambda stop: psi_lam_ahead(stop, mu, scale, beta, rows, common))
         if aside is not None:
             self._ahead = (aside, rows, scale, beta, common, [])  # last: rows written since

@@ -83,6 +83,10 @@ def test_two_replicas_learn_one_model_exactly_once(broker, fresh_topic, tmp_path
             assert d.explorer.monitor.last is not None and np.isfinite(d.explorer.monitor.last.diversity)
             top = [t["top_words"][:5] for t in view["topics"]]
             assert all(set(w) <= set(d.model.top_words(k, 10)) for k, w in enumerate(top))
+            # the local step's diagnostics reach /metrics from a replica's computation too
+            # (iterations per document were never observed with the log on)
+            assert d.metrics.registry.get_sample_value("streamtopics_local_iterations_count") > 0
+            assert d.metrics.registry.get_sample_value("streamtopics_objective_per_token") < 0
     # every document predicted at least once, by the model version (update offset) it was made at
     preds = [msgpack.unpackb(r.value) for r in _read_all(broker.bootstrap, topics["output"], want=n, timeout_s=30)]
     assert {p["id"] for p in preds} == {d["id"] for d in docs}

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -45,6 +46,7 @@ from ..batch_ops import doc_lengths, normalise_rows
 from ..births import births_for
 from ..features import training_counts
 from ..jit_cache import njit
+from ..model import local_step_stats, reading_ahead
 from ..summary import Summary, check_finite
 from ..updates import classifier_decay
 from ..supervised.targets import is_missing
@@ -156,6 +158,7 @@ class Computed(NamedTuple):
     predicted: list | None = None
     label_names: list = []
     batch: Observed | None = None
+    stats: dict = {}  # the local step's diagnostics (``model.local_step_stats``), for the metrics
 
 
 def check_replicable(model) -> list[str]:
@@ -452,7 +455,7 @@ class Replica:
         ends = np.concatenate([[0], np.cumsum(keep)])
         touched = np.flatnonzero(self._touched)
         self._touched[touched] = False
-        uniq = np.union1d(batch.uniq[batch.uniq < n_known], touched)
+        uniq = np.concatenate([batch.uniq[batch.uniq < n_known], touched])  # repeats: the explorer dedups
         return Observed(ends[batch.doc_ptr], batch.word_ids[keep], uniq, np.empty(0, np.int64), batch.n_docs)
 
     def compute(self, tokens: list[list[str]], source: Source, labels: list | None = None,
@@ -474,24 +477,27 @@ class Replica:
         state = model.state
         n_known, n_rows, totals0 = len(model.vocab), state.n_words, state.mu_totals.copy()
         label_names = model.label_names
-        batch, provisional = build_batch_provisional(tokens, model.vocab)
-        state.ensure_words(n_known + len(provisional))  # the new words' rows, at the prior
-        try:
-            head = None if model.head is None else fork_head(model.head)
-            with kernels():
-                local, pre, feats, scores, predicted = model.local_steps(batch, targets, learn=True, head=head)
-            check_finite(local.summary, pre.doc_topic)  # no NaN reaches the log (every replica would apply it)
-            out = Computed(model.theta(pre.doc_topic, model.state.alpha), scores, predicted,
-                           label_names if scores is not None else [], self.observed(batch, n_known))
-            # births are decided here and travel in the record (every replica resets the same topics)
-            rng = np.random.default_rng([int(model.seed), self.offset])
-            sm, reborn = births_for(model, batch, local.summary, rng=rng)
-            known = np.where(sm.word_ids < n_known, sm.word_ids, -1).astype(np.int64)
-            new_words = [provisional[i - n_known] for i in sm.word_ids[known < 0]]
-            totals = np.bincount(batch.local, weights=batch.counts, minlength=batch.uniq.size)
-        finally:
-            state.shrink_words(n_rows)
-            state.mu_totals[:] = totals0  # exactly: (x + s) - s need not be x in floating point
+        with reading_ahead(model):  # a helper computes likely word rows while this thread builds the batch
+            batch, provisional = build_batch_provisional(tokens, model.vocab)
+            state.ensure_words(n_known + len(provisional))  # the new words' rows, at the prior
+            try:
+                head = None if model.head is None else fork_head(model.head)
+                t0 = time.perf_counter()
+                with kernels():
+                    local, pre, feats, scores, predicted = model.local_steps(batch, targets, learn=True, head=head)
+                stats = local_step_stats(batch, local, time.perf_counter() - t0)
+                check_finite(local.summary, pre.doc_topic)  # no NaN reaches the log (every replica would apply it)
+                out = Computed(model.theta(pre.doc_topic, model.state.alpha), scores, predicted,
+                               label_names if scores is not None else [], self.observed(batch, n_known), stats)
+                # births are decided here and travel in the record (every replica resets the same topics)
+                rng = np.random.default_rng([int(model.seed), self.offset])
+                sm, reborn = births_for(model, batch, local.summary, rng=rng)
+                known = np.where(sm.word_ids < n_known, sm.word_ids, -1).astype(np.int64)
+                new_words = [provisional[i - n_known] for i in sm.word_ids[known < 0]]
+                totals = np.bincount(batch.local, weights=batch.counts, minlength=batch.uniq.size)
+            finally:
+                state.shrink_words(n_rows)
+                state.mu_totals[:] = totals0  # exactly: (x + s) - s need not be x in floating point
         # the summary's rows are batch.uniq in order (summarize_sparse / summarize_dense)
         ptr, cols, vals = _sparse_rows(pre.doc_topic)
         rec = UpdateRecord(source=source, base=self.offset, n_docs=batch.n_docs, n_tokens=int(batch.n_tokens),
