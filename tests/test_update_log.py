@@ -259,3 +259,45 @@ def test_a_snapshot_taken_between_the_parts_of_a_record_restores_to_the_same_mod
     finally:
         restored.close()
         naive.close()
+
+
+def test_the_reader_and_writer_wait_for_the_loops_gil_free_flag_but_never_hang_on_it(broker, fresh_topic, records):
+    """Given the daemon's GIL-free flag, the threads start their GIL-bound work while it is set;
+    with the flag cleared (the loop busy in Python) they still get through, only later; and the
+    loop, waiting for the log, sets the flag meanwhile and leaves it as it was."""
+    topic = fresh_topic(prefix="upd")
+    cfg = _config(broker, topic)
+    flag = threading.Event()  # cleared: the loop "holds the GIL" the whole time
+    writer = ReplicaSync(cfg, Replica(TopicModel(n_topics=K, seed=3, threads=1)), _Telemetry(), gil_free=flag)
+    writer.connect()
+    try:
+        for rec in records:
+            writer.publish(rec)
+        writer.flush()
+        assert writer.end_offset() == sum(len(encode(r, SPLIT)) for r in records) and not writer.failed
+    finally:
+        writer.close()
+    assert not flag.is_set()
+    reference = Replica(TopicModel(n_topics=K, seed=3, threads=1))
+    at = -1
+    for rec in records:
+        at += len(encode(rec, SPLIT))
+        reference.apply(decode(encode(rec)[0])[0], at)
+    reader = ReplicaSync(cfg, Replica(TopicModel(n_topics=K, seed=3, threads=1)), _Telemetry(), gil_free=flag)
+    reader.connect()
+    try:
+        waits = []
+        real_take = reader._reader.take
+
+        def take(timeout_s: float = 0.0):
+            if timeout_s > 0:  # a wait (``apply_fetched`` takes without waiting)
+                waits.append(flag.is_set())
+            return real_take(timeout_s)
+
+        reader._reader.take = take
+        assert reader.catch_up(timeout_s=60) == 3
+        assert waits and all(waits), "catch_up waited for the reader with the flag cleared"
+        assert not flag.is_set(), "catch_up left the flag set"
+        assert digest(reader.replica.model) == digest(reference.model)
+    finally:
+        reader.close()
