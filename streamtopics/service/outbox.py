@@ -36,7 +36,9 @@ class Outbox:
         self.encoder = PredictionEncoder.from_config(cfg)
         self._point = point
         self.failed = False
-        # called with each acknowledged batch's BatchMeta (replicas publish its update record then)
+        # called with each acknowledged batch's BatchMeta on the publisher thread, as soon as the
+        # broker acknowledged it (replicas publish its update record then: waiting for the loop's
+        # next ``collect`` left every batch computed two of this replica's own updates behind)
         self.on_acked: Callable[[BatchMeta], None] | None = None
 
     def submit_batch(self, rb, out, now: float, t_start: float, heartbeat: Callable[[], None]) -> None:
@@ -47,8 +49,9 @@ class Outbox:
         build = partial(self.encoder.encode, out.dead, ids, step.theta, out.version, now, step.sup, out.label_names)
         meta = BatchMeta(rb.tp, rb.first_offset, rb.next_offset, len(step.keep), step.n_tokens,
                          [dl.reason for dl in out.dead], out.origins(), out.stages, t_start)
-        if not self.session.pipeline.submit(PublishJob([], meta, build=build, size=len(out.dead) + len(ids)),
-                                            heartbeat=heartbeat):
+        on_ok = None if self.on_acked is None else partial(self.on_acked, meta)
+        if not self.session.pipeline.submit(PublishJob([], meta, build=build, size=len(out.dead) + len(ids),
+                                                       on_ok=on_ok), heartbeat=heartbeat):
             self.failed = True
             log.error("cannot hand predictions to the publisher (stopping while the broker is away): "
                       "this batch will be read and learned again after restart",
@@ -83,8 +86,6 @@ class Outbox:
                 continue
             acked = True
             self.telemetry.on_batch_acked(job, tp_key(job.meta.tp.topic, job.meta.tp.partition))
-            if self.on_acked is not None:
-                self.on_acked(job.meta)
         if acked:
             self._point("collected")
         self.telemetry.on_pending(pipeline.pending_messages)

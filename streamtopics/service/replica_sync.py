@@ -72,6 +72,7 @@ class ReplicaSync:
         # those parts and would skip the record that every other replica applies.
         self.open_parts: dict[str, int] = {}
         self.published = 0
+        self._publish_lock = threading.Lock()
         self.failed: list[UpdateRecord] = []  # records the broker refused (appended by the producer thread)
 
     def check_retention(self) -> str | None:
@@ -244,8 +245,9 @@ class ReplicaSync:
         delivers it; ``flush`` waits). A part the broker refuses puts the record back in
         ``failed``, sent again by ``retry``: a hole in a partition's coverage would leave its
         documents unlearned."""
-        self._writer.send(rec)
-        self.published += 1
+        with self._publish_lock:  # the publisher thread (acknowledged batches) and the loop (retry)
+            self._writer.send(rec)
+            self.published += 1
 
     def _on_send_error(self, rec: UpdateRecord, exc) -> None:  # producer or writer thread
         log.error("update log: a record was not delivered; sending it again", extra={"error": repr(exc)})
@@ -298,6 +300,7 @@ class ReplicaMode:
         # Records wait here until their batch's predictions are acknowledged: what the log covers
         # has always been predicted, so a partition's next owner may resume where coverage ends.
         self.pending: dict[tuple[str, int], UpdateRecord] = {}
+        self._pending_lock = threading.Lock()  # the publisher thread takes acknowledged records out
         self.shipper = SnapshotShipper(cfg, self.replica_id) if cfg.replication.snapshots_topic else None
         # the daemon's collection of acknowledged predictions (whose records then go to the log)
         self.collect: Callable[[], None] = lambda: None
@@ -422,17 +425,22 @@ class ReplicaMode:
                 self._gil_free.clear()
 
     def acked(self, meta) -> None:
-        """A batch's predictions are acknowledged: its update record goes to the log."""
-        rec = self.pending.pop((f"{meta.tp.topic}:{meta.tp.partition}", meta.first_offset), None)
+        """A batch's predictions are acknowledged: its update record goes to the log. Called on
+        the publisher thread the moment the broker acknowledged them (``Outbox.on_acked``), so the
+        record is back, and applied, before the batch after next is computed."""
+        with self._pending_lock:
+            rec = self.pending.pop((f"{meta.tp.topic}:{meta.tp.partition}", meta.first_offset), None)
+            if rec is not None:
+                self.sync.publish(rec)
         if rec is not None:
-            self.sync.publish(rec)
             self.telemetry.on_update_published(self.replica.offset)
 
     def revoked(self, keys: set[str]) -> None:
         """Partitions go to other replicas: what is not acknowledged by now is theirs to learn
         (they re-read it), so its records are dropped; the rest is in the log before they start."""
-        for k in [k for k in self.pending if k[0] in keys]:
-            del self.pending[k]
+        with self._pending_lock:  # a record being acknowledged meanwhile is queued before the flush below
+            for k in [k for k in self.pending if k[0] in keys]:
+                del self.pending[k]
         for key in keys:
             self.replica.claims.pop(key, None)  # claimed again if it comes back
         self.sync.flush()

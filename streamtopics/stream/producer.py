@@ -263,6 +263,9 @@ class PublishJob:
     # then overlaps the caller's kernels); ``size`` is their number, for backpressure.
     build: Callable[[], list[OutMessage]] | None = None
     size: int = 0
+    # Optional: called on the publisher thread once every message is acknowledged, before the job
+    # counts as finished (``completed``, ``wait_idle``): what must follow an acknowledgement at once.
+    on_ok: Callable[[], None] | None = None
     acked_at: float | None = None   # wall clock when the broker had acknowledged every message
     acked_mono: float | None = None  # the same moment on the monotonic clock
     publish_seconds: float = 0.0    # submission to acknowledgement
@@ -378,6 +381,8 @@ class PublishPipeline:
                     self._point("publish_acked")
                     job.ok = True
                     job.acked_at, job.acked_mono = time.time(), time.monotonic()
+                    if job.on_ok is not None:
+                        job.on_ok()
                 except PublishAborted:
                     self.failed = True
                 except Exception as exc:  # noqa: BLE001 - a bug here must not kill the thread silently

@@ -1,0 +1,34 @@
+"""PublishPipeline's acknowledgement hook (``PublishJob.on_ok``) on a real broker.
+
+A replica publishes a batch's update record the moment the broker has acknowledged the batch's
+predictions (never before: kill -9 safety), on the publisher thread, so that the record is in
+the log while the loop computes the next batch. The hook must run once per acknowledged job,
+in submission order, on the publisher thread, and before the job counts as finished.
+"""
+from __future__ import annotations
+
+import threading
+
+from streamtopics.stream.producer import OutMessage, Publisher, PublishJob, PublishPipeline
+
+
+def test_on_ok_runs_on_the_publisher_thread_in_order_before_the_job_is_finished(broker, fresh_topic):
+    topic = fresh_topic(prefix="pub")
+    pipeline = PublishPipeline(Publisher({"bootstrap_servers": broker.bootstrap, "acks": "all"}),
+                               abort=lambda: False)
+    calls = []
+
+    def hook(i: int) -> None:
+        finished = [j.meta for j in pipeline.completed()]  # what the loop would have collected by now
+        calls.append((i, threading.current_thread().name, finished))
+
+    try:
+        for i in range(3):
+            assert pipeline.submit(PublishJob([OutMessage(topic, f"m{i}".encode())], meta=i,
+                                              on_ok=lambda i=i: hook(i)))
+        assert pipeline.wait_idle(30)
+        assert [c[0] for c in calls] == [0, 1, 2]
+        assert {c[1] for c in calls} == {"streamtopics-publisher"}
+        assert all(i not in finished for i, _, finished in calls)  # ran before its job finished
+    finally:
+        pipeline.close()
