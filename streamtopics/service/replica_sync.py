@@ -123,12 +123,11 @@ class ReplicaSync:
         # Reading (poll, decode, reassembling parts) runs on the reader's thread; the log's end
         # for catch_up is asked by a consumer of its own (a KafkaConsumer is not thread-safe).
         start = self.replica.offset if read_from is None else min(int(read_from), self.replica.offset)
-        self._reader = UpdateReader(lambda: KafkaConsumer(**reader_kw), self.tp, start, gate=self._gil_free)
+        self._reader = UpdateReader(lambda: KafkaConsumer(**reader_kw), self.tp, start)
         self._reader.start()
         self._ends = KafkaConsumer(**reader_kw)
         self._producer = KafkaProducer(**writer_kw)
-        self._writer = UpdateWriter(self._producer, self.tp.topic, self.rc.max_record_bytes, self._on_send_error,
-                                    gate=self._gil_free)
+        self._writer = UpdateWriter(self._producer, self.tp.topic, self.rc.max_record_bytes, self._on_send_error)
 
     # -- the log's end and applying --------------------------------------------------------
 
@@ -151,7 +150,7 @@ class ReplicaSync:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"update log: at offset {self.replica.offset}, waiting for {target}")
             self._tick()
-            item = self._wait_take(0.2)
+            item = self._reader.take(timeout_s=0.2)
             if item is not None:
                 n += self._apply(item)
             elif not self._reader.alive:
@@ -176,21 +175,8 @@ class ReplicaSync:
     def apply_next(self, timeout_s: float) -> int:
         """Apply the next record, waiting up to ``timeout_s`` for the reader to deliver one, then
         whatever else it has decoded."""
-        item = self._wait_take(timeout_s)
+        item = self._reader.take(timeout_s=timeout_s)
         return (self._apply(item) if item is not None else 0) + self.apply_fetched()
-
-    def _wait_take(self, timeout_s: float) -> Fetched | None:
-        """The reader's next message, waiting for it with the GIL-free flag set (the reader starts
-        its GIL-bound work while the flag is set: ``update_log``), then back as it was."""
-        flag = self._gil_free
-        was = flag is None or flag.is_set()
-        if not was:
-            flag.set()
-        try:
-            return self._reader.take(timeout_s=timeout_s)
-        finally:
-            if not was:
-                flag.clear()
 
     def _apply(self, item: Fetched) -> int:
         """One message from the reader, in log order: a whole record is applied at its offset;

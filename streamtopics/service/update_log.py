@@ -15,12 +15,6 @@ and in which order, is what the loop read itself before.
 them to the producer on its own thread too: the loop only queues a record once its batch's
 predictions are acknowledged (that order is what makes a kill -9 safe, and it is kept: a record
 still queued when the process dies is lost exactly like one still in the producer's buffer).
-
-Both threads run GIL-bound Python (kafka-python's parsing and batch building, msgpack). Given the
-daemon's ``gate`` (its GIL-free flag: set while the loop runs numba kernels or waits), they start
-such work while it is set, so they take the GIL while the loop does not need it rather than in
-the middle of its own Python work, as the read-ahead thread does (``session.py``). They wait at
-most ``GATE_WAIT_S`` for it: a loop busy in Python for longer (a snapshot) only delays them.
 """
 from __future__ import annotations
 
@@ -38,12 +32,6 @@ __all__ = ["Fetched", "UpdateReader", "UpdateWriter"]
 log = logging.getLogger("streamtopics.daemon")
 
 _RECREATE_AFTER = 5  # consecutive poll failures before the consumer is built again
-GATE_WAIT_S = 0.25   # longest wait for the loop's GIL-free flag before GIL-bound work starts anyway
-
-
-def _await(gate: threading.Event | None) -> None:
-    if gate is not None:
-        gate.wait(GATE_WAIT_S)
 
 
 @dataclass(frozen=True)
@@ -63,9 +51,8 @@ class UpdateReader:
     reader assigns it ``tp`` and seeks to ``start``. ``take`` is for the one applying thread."""
 
     def __init__(self, make_consumer: Callable[[], object], tp, start: int, max_items: int = 16,
-                 poll_ms: int = 200, gate: threading.Event | None = None) -> None:
+                 poll_ms: int = 200) -> None:
         self._make = make_consumer
-        self._gate = gate
         self.tp = tp
         self.position = int(start)   # the next offset to hand over (read by the reader thread)
         self.highwater = int(start)  # the log's end as the newest fetch saw it
@@ -122,7 +109,6 @@ class UpdateReader:
                     consumer = self._try(self._connect)
                     if consumer is None:
                         continue
-                _await(self._gate)
                 fetched = self._try(lambda: consumer.poll(timeout_ms=self._poll_ms, max_records=64))
                 if fetched is None:
                     if self.failures >= _RECREATE_AFTER:  # built again, from the next offset to hand over
@@ -130,7 +116,6 @@ class UpdateReader:
                         consumer = None
                     continue
                 for msg in fetched.get(self.tp, []):
-                    _await(self._gate)
                     if msg.offset < self.position:  # read again after a re-seek
                         continue
                     if not self._put(self._decode(msg)):
@@ -183,10 +168,8 @@ class UpdateWriter:
     """See the module docstring. ``producer``: a KafkaProducer (thread-safe); ``on_error(rec,
     exc)`` runs on the producer's thread for a record the broker refused."""
 
-    def __init__(self, producer, topic: str, max_bytes: int, on_error: Callable,
-                 gate: threading.Event | None = None) -> None:
+    def __init__(self, producer, topic: str, max_bytes: int, on_error: Callable) -> None:
         self._producer = producer
-        self._gate = gate
         self._topic = topic
         self._max_bytes = int(max_bytes)
         self._on_error = on_error
@@ -227,7 +210,6 @@ class UpdateWriter:
                 rec = self._queue.get(timeout=0.2)
             except queue.Empty:
                 continue
-            _await(self._gate)
             try:
                 for raw in encode(rec, self._max_bytes):
                     self._producer.send(self._topic, value=raw, partition=0).add_errback(self._on_error, rec)
