@@ -266,7 +266,7 @@ class BatchProcessor:
             t0 = time.perf_counter()
             got = self._compute(kept, None if targets is None else [targets[i] for i in res.keep])
             self._gil_free(False)
-            res.theta, res.label_names, res.batch, res.stats = got.theta, got.label_names, got.batch, got.stats
+            res.theta, res.label_names, res.batch, res.stats = got.theta, got.label_names, got.batch, got.stats or {}
             res.sup = None if got.predicted is None else (got.scores, got.predicted)
             stages["predict"] = time.perf_counter() - t0
             res.n_tokens = sum(map(len, kept))

@@ -158,7 +158,7 @@ class Computed(NamedTuple):
     predicted: list | None = None
     label_names: list = []
     batch: Observed | None = None
-    stats: dict = {}  # the local step's diagnostics (``model.local_step_stats``), for the metrics
+    stats: dict | None = None  # the local step's diagnostics (``model.local_step_stats``), for the metrics
 
 
 def check_replicable(model) -> list[str]:
