@@ -113,7 +113,6 @@ class Daemon:
         self.outbox = Outbox(cfg, self.session, self.telemetry, self.hooks.point)
         if self.replicas is not None:
             self.outbox.on_acked = self.replicas.acked
-            self.replicas.collect = self._collect
             self.outbox.encoder = self.outbox.encoder.named(self.replicas.replica_id)
         self._beat = time.monotonic()
         self.error: BaseException | None = None

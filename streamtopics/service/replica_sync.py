@@ -19,7 +19,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -288,8 +287,6 @@ class ReplicaMode:
         self.pending: dict[tuple[str, int], UpdateRecord] = {}
         self._pending_lock = threading.Lock()  # the publisher thread takes acknowledged records out
         self.shipper = SnapshotShipper(cfg, self.replica_id) if cfg.replication.snapshots_topic else None
-        # the daemon's collection of acknowledged predictions (whose records then go to the log)
-        self.collect: Callable[[], None] = lambda: None
         self._untopical_sent = False  # a batch record computed while the model had no topics
 
     def fetch_snapshot(self, store) -> None:
@@ -354,15 +351,14 @@ class ReplicaMode:
         runs the whole local step when applying it, and its computing replica once more, on a copy,
         for the predictions. At the default staleness bound a new replica would send four of them
         before the first came back. So, once, the next batch waits (up to ``FIRST_TOPICS_WAIT_S``)
-        for the topics: acknowledged predictions are collected (their records go to the log) and
-        the log is applied as it arrives; the publisher and writer threads run meanwhile."""
+        for the topics: the log is applied as it arrives while the publisher thread sends the
+        acknowledged batch's record (``acked``) and the writer thread delivers it."""
         self._untopical_sent = False  # once: a first batch without tokens initializes nothing
         t0 = time.monotonic()
         model = self.replica.model
         with self._kernels():
             while not model.state.initialized and time.monotonic() - t0 < FIRST_TOPICS_WAIT_S:
                 self._tick()
-                self.collect()
                 self.sync.apply_next(timeout_s=0.01)
         log.info("first topics from the update log" if model.state.initialized else
                  "no topics from the update log yet; computing on", extra={
