@@ -120,6 +120,7 @@ _E2E_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
                 60.0, 300.0, 1800.0)
 _ITER_BUCKETS = (1, 2, 3, 5, 8, 10, 15, 20, 30, 50, 100, 200)
 _SNAPSHOT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+_BEHIND_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128)
 _MONITOR_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
@@ -191,6 +192,11 @@ class Metrics:
         self.update_staleness = Gauge("streamtopics_update_staleness_records",
                                       "Records between the log's end and the model the last batch was computed "
                                       "against.", registry=r)
+        self.update_behind = Histogram("streamtopics_update_computed_behind_records",
+                                       "Update-log records between the model one of this replica's batches was "
+                                       "computed against and the batch's own place in the log, observed when it is "
+                                       "learned: the staleness it was learned with, this replica's own records "
+                                       "still in flight included.", buckets=_BEHIND_BUCKETS, registry=r)
         self.updates_applied = Counter("streamtopics_updates_applied_total",
                                        "Update-log records applied, or skipped because their source range "
                                        "was learned already.", ["result"], registry=r)
@@ -529,6 +535,7 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_topic_events_total": "counter",
     "streamtopics_update_log_lag_records": "gauge",
     "streamtopics_update_staleness_records": "gauge",
+    "streamtopics_update_computed_behind_records": "histogram",
     "streamtopics_updates_applied_total": "counter",
     "streamtopics_update_unlearned_offsets": "gauge",
     "streamtopics_update_apply_seconds": "histogram",

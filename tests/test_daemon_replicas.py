@@ -87,6 +87,8 @@ def test_two_replicas_learn_one_model_exactly_once(broker, fresh_topic, tmp_path
             # (iterations per document were never observed with the log on)
             assert d.metrics.registry.get_sample_value("streamtopics_local_iterations_count") > 0
             assert d.metrics.registry.get_sample_value("streamtopics_objective_per_token") < 0
+            # the staleness its own batches were learned with (own records in flight included)
+            assert d.metrics.registry.get_sample_value("streamtopics_update_computed_behind_records_count") > 0
     # every document predicted at least once, by the model version (update offset) it was made at
     preds = [msgpack.unpackb(r.value) for r in _read_all(broker.bootstrap, topics["output"], want=n, timeout_s=30)]
     assert {p["id"] for p in preds} == {d["id"] for d in docs}

@@ -297,6 +297,11 @@ DASHBOARD_MUST_SHOW = [
     "streamtopics_dead_letters_total",
     "streamtopics_vocabulary_size",
     "streamtopics_model_version",
+    # replicas (docs/scale-out.md): where each model is in the update log, and what it costs
+    "streamtopics_update_log_offset",
+    "streamtopics_update_log_lag_records",
+    "streamtopics_update_apply_seconds_bucket",
+    "streamtopics_update_computed_behind_records_bucket",
 ]
 
 

@@ -45,6 +45,7 @@ def records():
 class _Telemetry:
     def __init__(self) -> None:
         self.applied = 0
+        self.behind: list[int] = []
 
     def on_update_applied(self, seconds: float, applied: bool, births: int = 0) -> None:
         self.applied += 1
@@ -54,6 +55,9 @@ class _Telemetry:
 
     def on_staleness(self, n: int) -> None:
         pass
+
+    def on_own_update_learned(self, behind: int) -> None:
+        self.behind.append(behind)
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -176,16 +180,28 @@ def test_records_published_through_the_writer_thread_reach_the_log_in_order(brok
     finally:
         writer.close()
     assert not [t for t in threading.enumerate() if t.name == "streamtopics-update-writer"]
-    reader = ReplicaSync(cfg, Replica(TopicModel(n_topics=K, seed=3, threads=1)), _Telemetry())
+    # read back by a replica of the same writer: its own records, learned at their log offsets
+    telemetry = _Telemetry()
+    reader = ReplicaSync(cfg, Replica(TopicModel(n_topics=K, seed=3, threads=1), writer=records[0].writer), telemetry)
     reference = Replica(TopicModel(n_topics=K, seed=3, threads=1))
-    at = -1
+    at, behind = -1, []
     for rec in records:
         at += len(encode(rec, SPLIT))
         reference.apply(decode(encode(rec)[0])[0], at)
+        behind.append(at - rec.base)
     reader.connect()
     try:
         assert reader.catch_up(timeout_s=30) == 3
         assert digest(reader.replica.model) == digest(reference.model)
+        # each one's staleness as learned: records split into parts sit further from their base
+        assert telemetry.behind == behind and max(behind) > 0
+    finally:
+        reader.close()
+    other = _Telemetry()  # another writer's replica learns the same records, none of them its own
+    reader = ReplicaSync(cfg, Replica(TopicModel(n_topics=K, seed=3, threads=1)), other)
+    reader.connect()
+    try:
+        assert reader.catch_up(timeout_s=30) == 3 and other.applied == 3 and other.behind == []
     finally:
         reader.close()
 

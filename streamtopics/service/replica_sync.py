@@ -48,8 +48,8 @@ def update_log_clients(cfg) -> tuple[dict, dict]:
 
 
 class ReplicaSync:
-    """See the module docstring. ``telemetry`` gets ``on_update_applied``, ``on_update_lag`` and
-    ``on_staleness``; ``tick()`` is the loop's heartbeat while waiting on the log."""
+    """See the module docstring. ``telemetry`` gets ``on_update_applied``, ``on_own_update_learned``,
+    ``on_update_lag`` and ``on_staleness``; ``tick()`` is the loop's heartbeat while waiting on the log."""
 
     def __init__(self, cfg, replica: Replica, telemetry, tick=lambda: None,
                  gil_free: threading.Event | None = None) -> None:
@@ -193,8 +193,12 @@ class ReplicaSync:
             return 0
         self.open_parts.pop(item.record.rid, None)
         t0 = time.perf_counter()
-        applied = self.replica.apply(item.record, item.offset)
-        self.telemetry.on_update_applied(time.perf_counter() - t0, applied, len(item.record.reborn) if applied else 0)
+        rec = item.record
+        applied = self.replica.apply(rec, item.offset)
+        self.telemetry.on_update_applied(time.perf_counter() - t0, applied, len(rec.reborn) if applied else 0)
+        if applied and rec.kind != "claim" and rec.writer == self.replica.writer:
+            # what the gauge of on_staleness cannot see: own records computed but not yet in the log
+            self.telemetry.on_own_update_learned(item.offset - rec.base)
         return 1
 
     def _note_part(self, rid: str, offset: int) -> None:

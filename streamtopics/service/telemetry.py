@@ -298,6 +298,11 @@ class Telemetry:
     def on_staleness(self, n: int) -> None:
         self.metrics.update_staleness.set(n)
 
+    def on_own_update_learned(self, behind: int) -> None:
+        """One of this replica's records was learned ``behind`` records after the model its batch
+        was computed against (its log offset minus its base)."""
+        self.metrics.update_behind.observe(behind)
+
     def on_update_published(self, offset: int) -> None:
         self.metrics.updates_published.inc()
 
