@@ -3,6 +3,7 @@
     python bench/bench_scale.py                 # 20NG train (11,314 docs), shipped config
     python bench/bench_scale.py --pin           # one CPU per replica (and for the one replica)
     python bench/bench_scale.py --docs 4000     # quicker
+    python bench/bench_scale.py --pin --repeat 2 --rounds 5   # longer sustained windows, more rounds
 
 Each run: the replicas (daemon subprocesses, ``python -m streamtopics.cli run``, the shipped
 config with ``[replication] enabled = true``; two more settings with it off: today's single
@@ -372,6 +373,9 @@ def model_speedup(n: int, c: float, a: float) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=None)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="stream the corpus this many times in a row (a longer sustained window: one pass of 20NG "
+                         "is 5-8 s per setting here, where the machine's drift is 10-25 %%)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of each setting (medians reported)")
     ap.add_argument("--threads", type=int, default=0,
                     help="model.threads of each replica (0 = default: all cores; 1 = one core each, "
@@ -385,11 +389,13 @@ def main() -> None:
     THREADS, PIN = args.threads, args.pin
     name, corpus = load_default_corpus("train")
     corpus = corpus[: args.docs] if args.docs else corpus
-    values = [msgpack.packb({"id": d.id, "text": d.text}) for d in corpus]
-    print(f"corpus {name}: {len(values):,} documents, {PARTITIONS} partitions, shipped config, "
+    values = [msgpack.packb({"id": f"{d.id}/{r}" if r else d.id, "text": d.text})
+              for r in range(max(1, args.repeat)) for d in corpus]
+    print(f"corpus {name}: {len(values):,} documents"
+          + (f" ({args.repeat} passes)" if args.repeat > 1 else "") + f", {PARTITIONS} partitions, shipped config, "
           f"model.threads = {args.threads or 'all cores'} per replica"
           + (", each replica pinned to one CPU" if args.pin else ""))
-    k = costs([d.text for d in corpus])
+    k = costs([d.text for d in corpus])  # one pass: the per-batch costs, whatever --repeat
     with tempfile.TemporaryDirectory() as d, EmbeddedBroker() as broker:
         k.update(log_client_costs(broker.bootstrap, k.pop("sample_records")))
         # A replica spends c (its local step, building and producing its record) per own batch and
