@@ -59,7 +59,7 @@ from .service.hooks import Hooks
 from .service.ledger import OffsetLedger
 from .service.partitions import PartitionBook, Span, tp_key
 from .service.outbox import Outbox
-from .service.processor import BatchProcessor, RecordDecoder
+from .service.processor import BatchProcessor, RecordDecoder, StepInterrupted
 from .service.replica_sync import ReplicaMode
 from .service.session import KafkaSession, ensure_topics
 from .service.telemetry import Telemetry
@@ -104,11 +104,13 @@ class Daemon:
         self.session = KafkaSession(cfg, self.telemetry, stop=self._stop, gil_free=self._gil_free,
                                     tick=self._tick, point=self.hooks.point)
         # replicas (docs/scale-out.md): the model learns only from the update log
-        self.replicas = ReplicaMode(cfg, self.telemetry, self.checkpoints, tick=self._tick, gil_free=self._gil_free) \
+        self.replicas = ReplicaMode(cfg, self.telemetry, self.checkpoints, tick=self._tick, gil_free=self._gil_free,
+                                    stopping=self._stop.is_set) \
             if cfg.replication.enabled else None
         self.processor = BatchProcessor(point=self.hooks.point, gil_free=self._set_gil_free,
                                         prefetch=lambda: self.session.consumer.prefetch(),
-                                        compute=self._compute_replicated if self.replicas is not None else None)
+                                        compute=None if self.replicas is None else lambda tokens, labels:
+                                        self.replicas.compute(tokens, self.book.in_batch, self.book.ledger, labels))
         self.decoder = RecordDecoder(cfg.limits(), cfg.input.format, self._tokenizer, self.hooks.point)
         self.outbox = Outbox(cfg, self.session, self.telemetry, self.hooks.point)
         if self.replicas is not None:
@@ -254,9 +256,6 @@ class Daemon:
     def sync(self):
         return self.replicas.sync if self.replicas is not None else None
 
-    def _compute_replicated(self, tokens: list, labels: list | None):
-        return self.replicas.compute(tokens, self.book.in_batch, self.book.ledger, labels)
-
     def _adopt(self, model: TopicModel, ledger, path: Path) -> None:
         model.set_threads(self.cfg.model.threads or None)  # how to run is this host's choice, not the snapshot's
         self.model = model
@@ -307,18 +306,20 @@ class Daemon:
         messages to the publisher thread."""
         t_start = time.perf_counter()
         self.telemetry.on_batch_started()
-        now = time.time()
-        span = Span.of(rb)
+        now, span = time.time(), Span.of(rb)
         self.session.recheck_topics()  # after a log reset: the output topics exist before we publish
         rb = self.book.admit(rb, self.session.topic_id(rb.topic))
         if rb is None:  # nothing new in it (or the partition is quarantined)
-            self._collect()
-            return
+            return self._collect()
         self.book.in_batch = span
         self.hooks.point("batch_received")
         try:
             batch_key = self.book.batch_key(rb.topic, rb.partition, rb.first_offset)
-            out = self.processor.run(self.model, rb.records, rb.decoded, batch_key, rb.decode_seconds)
+            try:
+                out = self.processor.run(self.model, rb.records, rb.decoded, batch_key, rb.decode_seconds)
+            except StepInterrupted as exc:  # stopping: neither learned nor dead-lettered, read again later
+                log.info("batch left for the restart", extra={"reason": str(exc), "first_offset": rb.first_offset})
+                return self._collect()
             self.hooks.point("learned")
             # Model and offsets move together, in memory, before anything else can happen (unless
             # the log was found reset during the batch: its old offsets mean nothing any more).

@@ -200,3 +200,76 @@ def test_a_new_replica_sends_one_batch_of_tokens_before_it_has_topics(broker, fr
         if rec is not None and rec.kind != "claim":
             kinds.append(rec.kind)
     assert kinds == ["batch"] + ["summary"] * 11
+
+
+def test_a_batch_waiting_for_a_silent_update_log_is_not_dead_lettered(broker, fresh_topic, tmp_path):
+    """Before computing a batch a replica applies the log up to its staleness bound, waiting up to
+    30 s (``ReplicaSync.catch_up``). A log that did not deliver in that time (the broker away)
+    made the wait raise inside the model's step, and the batch processor took that for the model
+    failing on the batch's documents: they went to the dead-letter topic, never learned. The
+    replica now waits on: every document is learned once and predicted, none is dead-lettered."""
+    from test_daemon import _produce  # noqa: E402
+
+    topics = {"input": fresh_topic(prefix="in"), "output": fresh_topic(prefix="out"),
+              "dead_letter": fresh_topic(prefix="dlq")}
+    updates = fresh_topic(prefix="upd")
+    n = 8 * 64
+    cfg = _cfg(broker.bootstrap, topics, tmp_path / "a", batch={"max_docs": 64},
+               replication={"enabled": True, "updates_topic": updates, "replica_id": "a"})
+    with _running(cfg) as d:
+        _wait(lambda: d.sync is not None, 30, "joined the update log")
+        sync, calls = d.sync, []
+        bounded = sync.bounded
+
+        def silent_twice(*a, **kw):  # the second and third batches meet a log that does not deliver in time
+            calls.append(1)
+            if len(calls) in (2, 3):
+                raise TimeoutError(f"update log: at offset {sync.replica.offset}, waiting for {sync.replica.offset + 5}")
+            return bounded(*a, **kw)
+
+        sync.bounded = silent_twice
+        _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in _docs(n)])
+        _wait(lambda: _learned(d) >= n, 120, "all documents learned")
+        time.sleep(1.0)
+        assert _learned(d) == n and len(calls) >= 10  # each batch once, the two waits retried
+    assert _read_all(broker.bootstrap, topics["dead_letter"], timeout_s=3) == []
+    preds = [msgpack.unpackb(r.value) for r in _read_all(broker.bootstrap, topics["output"], want=n, timeout_s=30)]
+    assert sorted(p["id"] for p in preds) == sorted(x["id"] for x in _docs(n))
+
+
+def test_stopping_while_a_batch_waits_for_the_update_log_leaves_it_for_the_restart(broker, fresh_topic, tmp_path):
+    """A stop while a batch waits for the log gives up the wait: the batch is neither learned nor
+    dead-lettered, the daemon stops cleanly, and the next start learns it, every document once."""
+    from test_daemon import _produce  # noqa: E402
+
+    topics = {"input": fresh_topic(prefix="in"), "output": fresh_topic(prefix="out"),
+              "dead_letter": fresh_topic(prefix="dlq")}
+    updates = fresh_topic(prefix="upd")
+    n = 4 * 64
+    cfg = _cfg(broker.bootstrap, topics, tmp_path / "a", batch={"max_docs": 64},
+               replication={"enabled": True, "updates_topic": updates, "replica_id": "a"})
+    with _running(cfg) as d:
+        _wait(lambda: d.sync is not None, 30, "joined the update log")
+        sync, calls = d.sync, []
+        bounded = sync.bounded
+
+        def silent_after_first(*a, **kw):  # from the second batch on the log never delivers
+            calls.append(1)
+            if len(calls) >= 2:
+                raise TimeoutError("update log: not delivering")
+            return bounded(*a, **kw)
+
+        sync.bounded = silent_after_first
+        _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in _docs(n)])
+        _wait(lambda: len(calls) >= 4, 60, "a batch waiting for the log")
+        t0 = time.monotonic()
+    assert time.monotonic() - t0 < 15  # the wait gave up within a slice (BOUND_WAIT_S)
+    assert d.error is None
+    assert _learned(d) == 64  # the first batch only
+    with _running(cfg) as d2:  # the same snapshot directory: the rest is read again and learned
+        _wait(lambda: _learned(d2) >= n, 120, "all documents learned after the restart")
+        time.sleep(1.0)
+        assert _learned(d2) == n
+    assert _read_all(broker.bootstrap, topics["dead_letter"], timeout_s=3) == []
+    preds = [msgpack.unpackb(r.value) for r in _read_all(broker.bootstrap, topics["output"], want=n, timeout_s=30)]
+    assert {p["id"] for p in preds} == {x["id"] for x in _docs(n)}

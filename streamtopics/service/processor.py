@@ -35,6 +35,12 @@ __all__ = ["BatchOutcome", "BatchProcessor", "Decoded", "RecordDecoder", "StepRe
 log = logging.getLogger("streamtopics.daemon")
 
 
+
+class StepInterrupted(Exception):
+    """A step gave up for a reason that is not its documents' (the daemon stopping while the
+    batch waited for the update log): re-raised by ``BatchProcessor.run``, never dead-lettered.
+    The batch is neither learned nor published; its input is read again after the restart."""
+
 @dataclass
 class Decoded:
     """One record, decoded: its documents, its dead letters, and tokens made ahead of time."""
@@ -218,6 +224,8 @@ class BatchProcessor:
             out.step = self.step(model, texts, list(range(len(docs))), batch_key, stages, targets, pre)
             if out.step.label_names is not None:  # a replica: the columns of the model that predicted
                 out.label_names = out.step.label_names
+        except StepInterrupted:
+            raise
         except Exception as exc:  # noqa: BLE001 - any failure of the model on this input
             out.error = exc
             out.step = self.narrow_failure(model, out, batch_key, exc)

@@ -22,6 +22,7 @@ import uuid
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from .processor import StepInterrupted
 from .replica_snapshots import SnapshotShipper
 from .replication import Computed, Replica, Source, UpdateRecord
 from .session import log_reader_kwargs, log_writer_kwargs
@@ -37,6 +38,9 @@ OPEN_PART_SPAN = 10_000
 # How long a replica with no topics yet waits for its first batch record to come back applied
 # before computing its next batch (see ReplicaMode.compute); a round trip takes 0.1-0.3 s.
 FIRST_TOPICS_WAIT_S = 5.0
+# A batch waiting for the update log (the staleness bound) checks between slices this long
+# whether the daemon is stopping.
+BOUND_WAIT_S = 5.0
 
 
 def update_log_clients(cfg) -> tuple[dict, dict]:
@@ -208,7 +212,7 @@ class ReplicaSync:
             log.warning("update log: a split record never completed; not waiting for it",
                         extra={"first_offset": self.open_parts.pop(r), "offset": offset})
 
-    def bounded(self) -> None:
+    def bounded(self, timeout_s: float = 30.0) -> None:
         """Apply the log until this replica is at most ``max_staleness`` records behind its end
         (the end as the reader's last fetch saw it: no round trip per batch; no wait unless the
         bound forces one). Applying is GIL-bound: the daemon's GIL-free flag, which the batch
@@ -221,7 +225,7 @@ class ReplicaSync:
             self.apply_fetched()
             end = self._end
             if end - self.replica.offset > self.rc.max_staleness:
-                self.catch_up(end - self.rc.max_staleness)
+                self.catch_up(end - self.rc.max_staleness, timeout_s=timeout_s)
             self.telemetry.on_staleness(max(0, end - self.replica.offset))
         finally:
             if free:
@@ -275,9 +279,10 @@ class ReplicaMode:
     log between batches, and say in snapshots which update offset the model is at."""
 
     def __init__(self, cfg, telemetry, checkpoints, tick=lambda: None,
-                 gil_free: threading.Event | None = None) -> None:
+                 gil_free: threading.Event | None = None, stopping=lambda: False) -> None:
         self.cfg = cfg
         self.telemetry = telemetry
+        self._stopping = stopping  # the daemon was asked to stop: a wait for the log gives up
         telemetry.standby_ready = True  # a replica with no partition of its own still follows the log
         self.checkpoints = checkpoints
         self._tick = tick
@@ -327,7 +332,7 @@ class ReplicaMode:
         ``labels``: its documents' targets (supervised models)."""
         if self._untopical_sent and not self.replica.model.state.initialized:
             self._await_first_topics()
-        self.sync.bounded()
+        self._bounded()
         if span.key and span.key not in self.replica.claims:
             # The claim at assignment did not get through. (A claim of ours that another replica's
             # later claim superseded is not renewed here: this replica is then the zombie, and
@@ -349,6 +354,28 @@ class ReplicaMode:
             out = _predicted(scratch.model.process(scratch.model.prepare(tokens, grow=False), learn=False))
         self.pending[(span.key, span.first)] = rec
         return out
+
+    def _bounded(self) -> None:
+        """``ReplicaSync.bounded``, waited out. A log that does not deliver in time (the broker
+        away) is no fault of the batch's documents, but raised inside the model's step it had the
+        batch processor dead-letter them. The wait goes on, in slices of ``BOUND_WAIT_S`` with the
+        loop's heartbeat, until the log delivers, or the daemon stops (``StepInterrupted``: the
+        batch is neither learned nor dead-lettered, and its input is read again after the restart)."""
+        waits, t0 = 0, time.monotonic()
+        while True:
+            try:
+                self.sync.bounded(timeout_s=BOUND_WAIT_S)
+                break
+            except TimeoutError as exc:
+                if self._stopping():
+                    raise StepInterrupted(f"stopping while the batch waited for the update log: {exc}") from exc
+                waits += 1
+                log.warning("update log: the records a batch must be computed after have not arrived; waiting on",
+                            extra={"error": str(exc), "waits": waits, "update_offset": self.replica.offset})
+                self._tick()
+        if waits:
+            log.info("update log: records arrived; computing the batch", extra={
+                "waited_s": round(time.monotonic() - t0, 1), "update_offset": self.replica.offset})
 
     def _await_first_topics(self) -> None:
         """A model with no topics computes a batch record that carries its tokens: every replica
