@@ -416,6 +416,8 @@ class ReplicaMode:
                 log.warning("another replica claimed the partition after this one", extra={"partition": key})
                 return False
             except Exception as exc:  # noqa: BLE001 - the broker away: try again
+                if deadline is None and self._stopping():  # a batch's claim (``compute``): left for the restart
+                    raise StepInterrupted(f"stopping while claiming {key} in the update log: {exc!r}") from exc
                 if deadline is not None and time.monotonic() > deadline:
                     log.warning("could not claim an input partition; claiming again before its first batch",
                                 extra={"partition": key, "error": repr(exc)})
