@@ -302,11 +302,9 @@ class Daemon:
     # -- one batch -----------------------------------------------------------------------
 
     def _process(self, rb: RecordBatch) -> None:
-        """Admit, predict and learn one batch, record its offsets with the model, then hand its
-        messages to the publisher thread."""
-        t_start = time.perf_counter()
+        """Admit, predict and learn one batch, record its offsets with the model, then publish it."""
         self.telemetry.on_batch_started()
-        now, span = time.time(), Span.of(rb)
+        t_start, now, span = time.perf_counter(), time.time(), Span.of(rb)
         self.session.recheck_topics()  # after a log reset: the output topics exist before we publish
         rb = self.book.admit(rb, self.session.topic_id(rb.topic))
         if rb is None:  # nothing new in it (or the partition is quarantined)
@@ -317,7 +315,9 @@ class Daemon:
             batch_key = self.book.batch_key(rb.topic, rb.partition, rb.first_offset)
             try:
                 out = self.processor.run(self.model, rb.records, rb.decoded, batch_key, rb.decode_seconds)
-            except StepInterrupted as exc:  # stopping: neither learned nor dead-lettered, read again later
+            except StepInterrupted as exc:  # neither learned nor dead-lettered: read again after a restart
+                if not self._stop.is_set():  # a newer update-log format (NewerUpdateFormat): the daemon stops
+                    raise
                 log.info("batch left for the restart", extra={"reason": str(exc), "first_offset": rb.first_offset})
                 return self._collect()
             self.hooks.point("learned")

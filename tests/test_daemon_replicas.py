@@ -273,3 +273,31 @@ def test_stopping_while_a_batch_waits_for_the_update_log_leaves_it_for_the_resta
     assert _read_all(broker.bootstrap, topics["dead_letter"], timeout_s=3) == []
     preds = [msgpack.unpackb(r.value) for r in _read_all(broker.bootstrap, topics["output"], want=n, timeout_s=30)]
     assert {p["id"] for p in preds} == {x["id"] for x in _docs(n)}
+
+
+def test_a_record_of_a_newer_wire_format_stops_the_replica_with_the_reason(broker, fresh_topic, tmp_path):
+    """A record that a newer release wrote (wire format version above this one's) is neither
+    skipped, which would leave this replica behind the ones that apply it, nor dead-letters
+    anything: the daemon stops with the reason (upgrade it), its model where the record begins."""
+    from test_daemon import _produce  # noqa: E402
+
+    from streamtopics.service.replica_sync import NewerUpdateFormat
+    from streamtopics.service.replication import FORMAT_VERSION
+
+    topics = {"input": fresh_topic(prefix="in"), "output": fresh_topic(prefix="out"),
+              "dead_letter": fresh_topic(prefix="dlq")}
+    updates = fresh_topic(prefix="upd")
+    n = 2 * 64
+    cfg = _cfg(broker.bootstrap, topics, tmp_path / "a", batch={"max_docs": 64},
+               replication={"enabled": True, "updates_topic": updates, "replica_id": "a"})
+    with _running(cfg) as d:
+        _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in _docs(n)])
+        _wait(lambda: _learned(d) >= n, 120, "the documents learned")
+        logged = _read_all(broker.bootstrap, updates, timeout_s=5)
+        newer = msgpack.unpackb(logged[-1].value)
+        newer["v"] = FORMAT_VERSION + 1
+        at = _produce(broker.bootstrap, updates, [msgpack.packb(newer)])[0]
+        _wait(lambda: d.error is not None, 30, "the replica to stop")
+        assert isinstance(d.error, NewerUpdateFormat) and f"offset {at}" in str(d.error)
+        assert d.replica.offset == at and _learned(d) == n
+    assert _read_all(broker.bootstrap, topics["dead_letter"], timeout_s=3) == []

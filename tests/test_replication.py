@@ -12,7 +12,8 @@ import pytest
 
 from streamtopics import TopicModel
 from streamtopics.corpora import load_reuters_r8
-from streamtopics.service.replication import Assembler, Replica, Source, UpdateRecord, decode, digest, encode
+from streamtopics.service.replication import (FORMAT_VERSION, Assembler, NewerFormat, Replica, Source, UpdateRecord,
+                                              decode, digest, encode)
 
 K = 12
 B = 64
@@ -408,3 +409,21 @@ def test_a_non_finite_local_step_never_reaches_the_update_log(corpus, monkeypatc
     with pytest.raises(FloatingPointError, match="non-finite expected counts"):
         rep.compute(toks, src)
     assert digest(rep.model) == before and rep.offset == 1
+
+
+def test_a_record_of_a_newer_wire_format_is_refused_not_taken_for_foreign_data():
+    """Foreign messages are skipped by every replica alike; a record of a newer release's format
+    must not be (the replicas of that release apply it): decode says which is which."""
+    import msgpack
+
+    rec = UpdateRecord(source=Source("docs", 0, 0, 10), base=3, kind="claim", writer="w")
+    m = msgpack.unpackb(encode(rec)[0])
+    assert m["v"] == FORMAT_VERSION and decode(encode(rec)[0])[0].base == 3
+    with pytest.raises(NewerFormat, match=f"version {FORMAT_VERSION + 1}"):
+        decode(msgpack.packb({**m, "v": FORMAT_VERSION + 1}))
+    for foreign in ({"v": FORMAT_VERSION + 7, "hello": 1}, [1, 2], {"v": "9", "rid": "x", "kind": "batch"}):
+        with pytest.raises(ValueError) as err:
+            decode(msgpack.packb(foreign))
+        assert not isinstance(err.value, NewerFormat)
+    with pytest.raises(ValueError, match="not an update record"):
+        decode(b"\xc1 not msgpack")

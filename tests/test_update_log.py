@@ -20,7 +20,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from streamtopics import TopicModel
 from streamtopics.config import Config
 from streamtopics.corpora import load_reuters_r8
-from streamtopics.service.replica_sync import ReplicaSync
+from streamtopics.service.replica_sync import NewerUpdateFormat, ReplicaSync
 from streamtopics.service.replication import Replica, Source, decode, digest, encode
 from streamtopics.service.update_log import UpdateReader
 
@@ -275,3 +275,36 @@ def test_a_snapshot_taken_between_the_parts_of_a_record_restores_to_the_same_mod
     finally:
         restored.close()
         naive.close()
+
+
+def test_a_record_of_a_newer_wire_format_stops_the_replica_before_it(broker, fresh_topic, records):
+    """A newer release's record is not skipped (its replicas apply it): the replica applies up to
+    it, then refuses to go on, and stays refusing; nothing after it is applied."""
+    import msgpack
+
+    from streamtopics.service.replication import FORMAT_VERSION
+
+    topic = fresh_topic(prefix="upd")
+    first, one, two = records
+    newer = msgpack.unpackb(encode(two)[0])
+    newer["v"] = FORMAT_VERSION + 1
+    values = encode(first) + encode(one) + [msgpack.packb(newer)] + encode(two)
+    _produce(broker.bootstrap, topic, values)
+    at_newer = len(encode(first)) + len(encode(one))
+    telemetry = _Telemetry()
+    sync = ReplicaSync(_config(broker, topic), Replica(TopicModel(n_topics=K, seed=3, threads=1)), telemetry)
+    sync.connect()
+    try:
+        with pytest.raises(NewerUpdateFormat, match=f"offset {at_newer}.*version {FORMAT_VERSION + 1}"):
+            sync.catch_up(timeout_s=30)
+        assert sync.replica.offset == at_newer and sync.replica.applied == 2 and telemetry.applied == 2
+        refused, deadline = False, time.monotonic() + 10
+        while not refused and time.monotonic() < deadline:  # and stays refusing once "two" is read
+            try:
+                sync.apply_fetched()
+                time.sleep(0.1)
+            except NewerUpdateFormat:
+                refused = True
+        assert refused and sync.replica.offset == at_newer and sync.replica.applied == 2
+    finally:
+        sync.close()

@@ -43,6 +43,12 @@ FIRST_TOPICS_WAIT_S = 5.0
 BOUND_WAIT_S = 5.0
 
 
+class NewerUpdateFormat(StepInterrupted):
+    """The update log holds a record of a newer wire format than this release reads. Skipping it
+    would leave this replica's model behind every replica that applied it, so nothing from that
+    offset on is applied and the daemon stops with this error: upgrade the replica."""
+
+
 def update_log_clients(cfg) -> tuple[dict, dict]:
     """The update log's (reader, writer) client settings: a fetch of two whole records, a request
     of one record and its headers (at least 1 MiB each)."""
@@ -77,6 +83,7 @@ class ReplicaSync:
         self.published = 0
         self._publish_lock = threading.Lock()
         self.failed: list[UpdateRecord] = []  # records the broker refused (appended by the producer thread)
+        self.ahead: str | None = None  # a record of a newer wire format was met here: nothing more is applied
 
     def check_retention(self) -> str | None:
         """The update log must outlast the snapshot interval (a replica that restarts replays it
@@ -187,6 +194,10 @@ class ReplicaSync:
         offset on."""
         if item.offset < self.replica.offset:
             return 0
+        if item.newer or self.ahead is not None:
+            self.ahead = self.ahead or f"update log offset {item.offset}: {item.error}"
+            raise NewerUpdateFormat(f"{self.ahead}; upgrade this replica (nothing from that offset on is applied, "
+                                    f"so its model stays where every replica of this release is)")
         if item.record is None:
             if item.error is not None:  # not ours: skipped identically by every replica
                 log.error("update log: skipping a message that is not an update record",
@@ -415,6 +426,8 @@ class ReplicaMode:
                     return True
                 log.warning("another replica claimed the partition after this one", extra={"partition": key})
                 return False
+            except NewerUpdateFormat:
+                raise
             except Exception as exc:  # noqa: BLE001 - the broker away: try again
                 if deadline is None and self._stopping():  # a batch's claim (``compute``): left for the restart
                     raise StepInterrupted(f"stopping while claiming {key} in the update log: {exc!r}") from exc
@@ -467,6 +480,8 @@ class ReplicaMode:
             if self.sync.apply_fetched():
                 self.checkpoints.dirty = True
                 self.telemetry.on_model(self.replica.model)
+        except NewerUpdateFormat:
+            raise
         except Exception as exc:  # noqa: BLE001 - the broker away, or a slow log: next time
             log.warning("update log: catching up failed; retrying", extra={"error": repr(exc)})
         self.telemetry.on_update_offset(self.replica.offset)

@@ -53,11 +53,16 @@ from ..supervised.targets import is_missing
 from ..supervised.head_io import fork_head
 from .ledger import OffsetLedger
 
-__all__ = ["Assembler", "Computed", "Observed", "Source", "UpdateRecord", "Replica", "check_replicable", "decode",
-           "encode", "digest"]
+__all__ = ["Assembler", "Computed", "FORMAT_VERSION", "NewerFormat", "Observed", "Source", "UpdateRecord", "Replica",
+           "check_replicable", "decode", "encode", "digest"]
 
 log = logging.getLogger("streamtopics.daemon")
 
+# The wire format's version, written as "v" into every message. A change that an older release
+# would read otherwise (or not at all) must raise it: a replica meeting a newer version stops
+# (``NewerFormat``) instead of skipping the record, which would leave it behind the replicas that
+# applied it. "v", "rid" and "kind" stay in every version's messages.
+FORMAT_VERSION = 1
 MAX_RECORD_BYTES = 900_000  # below the broker's default message limit (1 MiB) with room for headers
 _ARRAYS = ("known", "indptr", "topics", "values", "totals", "doc_ptr", "doc_topics", "doc_values",
            "doc_len", "sup_ptr", "sup_topics", "sup_values")
@@ -287,7 +292,7 @@ def _unpack_array(name: str, v: list) -> np.ndarray:
 
 def _to_map(rec: UpdateRecord, part: int, parts: int) -> dict:
     src = rec.source
-    m = {"v": 1, "rid": rec.rid, "writer": rec.writer, "claim": rec.claim, "part": part, "parts": parts, "base": rec.base,
+    m = {"v": FORMAT_VERSION, "rid": rec.rid, "writer": rec.writer, "claim": rec.claim, "part": part, "parts": parts, "base": rec.base,
          "kind": rec.kind,
          "source": [src.topic, src.partition, src.first, src.next, src.epoch],
          "n_docs": rec.n_docs, "n_tokens": rec.n_tokens, "objective": rec.objective,
@@ -328,10 +333,22 @@ def encode(rec: UpdateRecord, max_bytes: int = MAX_RECORD_BYTES) -> list[bytes]:
         n_parts *= 2
 
 
+class NewerFormat(ValueError):
+    """An update record of a wire format newer than this release reads (``FORMAT_VERSION``)."""
+
+
 def decode(raw: bytes) -> tuple[UpdateRecord, int, int]:
-    """One message -> (the record or its part, part index, number of parts). Raises ValueError."""
+    """One message -> (the record or its part, part index, number of parts). Raises ValueError
+    (``NewerFormat`` for a record of a newer format version: not to be skipped like foreign data)."""
     try:
         m = msgpack.unpackb(raw, raw=False)
+    except (TypeError, ValueError, msgpack.exceptions.ExtraData) as exc:
+        raise ValueError(f"not an update record: {exc!r}") from None
+    v = m.get("v") if isinstance(m, dict) else None
+    if isinstance(v, int) and v > FORMAT_VERSION and "rid" in m and "kind" in m:
+        raise NewerFormat(f"an update record of wire format version {v}; this release reads up to version "
+                          f"{FORMAT_VERSION}")
+    try:
         topic, partition, first, nxt, epoch = m["source"]
         rec = UpdateRecord(
             source=Source(str(topic), int(partition), int(first), int(nxt), int(epoch)), base=int(m["base"]),

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .replication import Assembler, UpdateRecord, decode, encode
+from .replication import Assembler, NewerFormat, UpdateRecord, decode, encode
 
 __all__ = ["Fetched", "UpdateReader", "UpdateWriter"]
 
@@ -44,6 +44,7 @@ class Fetched:
     record: UpdateRecord | None
     error: str | None = None
     part_of: str | None = None  # a part: the id of the record it belongs to
+    newer: bool = False  # an update record of a newer wire format: not to be skipped (``NewerFormat``)
 
 
 class UpdateReader:
@@ -148,6 +149,8 @@ class UpdateReader:
     def _decode(self, msg) -> Fetched:
         try:
             part, i, parts = decode(msg.value)
+        except NewerFormat as exc:  # ours, from a newer release: the loop stops before it
+            return Fetched(msg.offset, None, str(exc), newer=True)
         except ValueError as exc:  # not ours: skipped identically by every replica
             return Fetched(msg.offset, None, str(exc))
         whole = self._assembler.add(part, i, parts)
