@@ -202,6 +202,39 @@ def test_a_new_replica_sends_one_batch_of_tokens_before_it_has_topics(broker, fr
     assert kinds == ["batch"] + ["summary"] * 11
 
 
+def _one_replica(broker, fresh_topic, tmp_path) -> tuple[dict, str, object]:
+    """(topics, update-log topic, config) of one replica on one input partition, batches of 64."""
+    topics = {"input": fresh_topic(prefix="in"), "output": fresh_topic(prefix="out"),
+              "dead_letter": fresh_topic(prefix="dlq")}
+    updates = fresh_topic(prefix="upd")
+    cfg = _cfg(broker.bootstrap, topics, tmp_path / "a", batch={"max_docs": 64},
+               replication={"enabled": True, "updates_topic": updates, "replica_id": "a"})
+    return topics, updates, cfg
+
+
+def _silence(d, silent) -> list:
+    """Make the replica's staleness wait raise as a log that does not deliver in time would, on the
+    calls (1, 2, ...) for which ``silent(call)`` is true; returns the list of calls so far."""
+    _wait(lambda: d.sync is not None, 30, "joined the update log")
+    sync, calls = d.sync, []
+    bounded = sync.bounded
+
+    def fake(*a, **kw):
+        calls.append(1)
+        if silent(len(calls)):
+            raise TimeoutError(f"update log: at offset {sync.replica.offset}, waiting for {sync.replica.offset + 5}")
+        return bounded(*a, **kw)
+
+    sync.bounded = fake
+    return calls
+
+
+def _no_dead_letters_all_predicted(broker, topics: dict, n: int) -> None:
+    assert _read_all(broker.bootstrap, topics["dead_letter"], timeout_s=3) == []
+    preds = [msgpack.unpackb(r.value) for r in _read_all(broker.bootstrap, topics["output"], want=n, timeout_s=30)]
+    assert {p["id"] for p in preds} == {x["id"] for x in _docs(n)}
+
+
 def test_a_batch_waiting_for_a_silent_update_log_is_not_dead_lettered(broker, fresh_topic, tmp_path):
     """Before computing a batch a replica applies the log up to its staleness bound, waiting up to
     30 s (``ReplicaSync.catch_up``). A log that did not deliver in that time (the broker away)
@@ -210,31 +243,15 @@ def test_a_batch_waiting_for_a_silent_update_log_is_not_dead_lettered(broker, fr
     replica now waits on: every document is learned once and predicted, none is dead-lettered."""
     from test_daemon import _produce  # noqa: E402
 
-    topics = {"input": fresh_topic(prefix="in"), "output": fresh_topic(prefix="out"),
-              "dead_letter": fresh_topic(prefix="dlq")}
-    updates = fresh_topic(prefix="upd")
+    topics, _, cfg = _one_replica(broker, fresh_topic, tmp_path)
     n = 8 * 64
-    cfg = _cfg(broker.bootstrap, topics, tmp_path / "a", batch={"max_docs": 64},
-               replication={"enabled": True, "updates_topic": updates, "replica_id": "a"})
     with _running(cfg) as d:
-        _wait(lambda: d.sync is not None, 30, "joined the update log")
-        sync, calls = d.sync, []
-        bounded = sync.bounded
-
-        def silent_twice(*a, **kw):  # the second and third batches meet a log that does not deliver in time
-            calls.append(1)
-            if len(calls) in (2, 3):
-                raise TimeoutError(f"update log: at offset {sync.replica.offset}, waiting for {sync.replica.offset + 5}")
-            return bounded(*a, **kw)
-
-        sync.bounded = silent_twice
+        calls = _silence(d, lambda call: call in (2, 3))  # the second batch meets a log silent twice
         _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in _docs(n)])
         _wait(lambda: _learned(d) >= n, 120, "all documents learned")
         time.sleep(1.0)
         assert _learned(d) == n and len(calls) >= 10  # each batch once, the two waits retried
-    assert _read_all(broker.bootstrap, topics["dead_letter"], timeout_s=3) == []
-    preds = [msgpack.unpackb(r.value) for r in _read_all(broker.bootstrap, topics["output"], want=n, timeout_s=30)]
-    assert sorted(p["id"] for p in preds) == sorted(x["id"] for x in _docs(n))
+    _no_dead_letters_all_predicted(broker, topics, n)
 
 
 def test_stopping_while_a_batch_waits_for_the_update_log_leaves_it_for_the_restart(broker, fresh_topic, tmp_path):
@@ -242,24 +259,10 @@ def test_stopping_while_a_batch_waits_for_the_update_log_leaves_it_for_the_resta
     dead-lettered, the daemon stops cleanly, and the next start learns it, every document once."""
     from test_daemon import _produce  # noqa: E402
 
-    topics = {"input": fresh_topic(prefix="in"), "output": fresh_topic(prefix="out"),
-              "dead_letter": fresh_topic(prefix="dlq")}
-    updates = fresh_topic(prefix="upd")
+    topics, _, cfg = _one_replica(broker, fresh_topic, tmp_path)
     n = 4 * 64
-    cfg = _cfg(broker.bootstrap, topics, tmp_path / "a", batch={"max_docs": 64},
-               replication={"enabled": True, "updates_topic": updates, "replica_id": "a"})
     with _running(cfg) as d:
-        _wait(lambda: d.sync is not None, 30, "joined the update log")
-        sync, calls = d.sync, []
-        bounded = sync.bounded
-
-        def silent_after_first(*a, **kw):  # from the second batch on the log never delivers
-            calls.append(1)
-            if len(calls) >= 2:
-                raise TimeoutError("update log: not delivering")
-            return bounded(*a, **kw)
-
-        sync.bounded = silent_after_first
+        calls = _silence(d, lambda call: call >= 2)  # from the second batch on the log never delivers
         _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in _docs(n)])
         _wait(lambda: len(calls) >= 4, 60, "a batch waiting for the log")
         t0 = time.monotonic()
@@ -270,9 +273,7 @@ def test_stopping_while_a_batch_waits_for_the_update_log_leaves_it_for_the_resta
         _wait(lambda: _learned(d2) >= n, 120, "all documents learned after the restart")
         time.sleep(1.0)
         assert _learned(d2) == n
-    assert _read_all(broker.bootstrap, topics["dead_letter"], timeout_s=3) == []
-    preds = [msgpack.unpackb(r.value) for r in _read_all(broker.bootstrap, topics["output"], want=n, timeout_s=30)]
-    assert {p["id"] for p in preds} == {x["id"] for x in _docs(n)}
+    _no_dead_letters_all_predicted(broker, topics, n)
 
 
 def test_a_record_of_a_newer_wire_format_stops_the_replica_with_the_reason(broker, fresh_topic, tmp_path):
@@ -284,12 +285,8 @@ def test_a_record_of_a_newer_wire_format_stops_the_replica_with_the_reason(broke
     from streamtopics.service.replica_sync import NewerUpdateFormat
     from streamtopics.service.replication import FORMAT_VERSION
 
-    topics = {"input": fresh_topic(prefix="in"), "output": fresh_topic(prefix="out"),
-              "dead_letter": fresh_topic(prefix="dlq")}
-    updates = fresh_topic(prefix="upd")
+    topics, updates, cfg = _one_replica(broker, fresh_topic, tmp_path)
     n = 2 * 64
-    cfg = _cfg(broker.bootstrap, topics, tmp_path / "a", batch={"max_docs": 64},
-               replication={"enabled": True, "updates_topic": updates, "replica_id": "a"})
     with _running(cfg) as d:
         _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in _docs(n)])
         _wait(lambda: _learned(d) >= n, 120, "the documents learned")
