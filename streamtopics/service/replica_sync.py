@@ -370,7 +370,7 @@ class ReplicaMode:
         """``ReplicaSync.bounded``, waited out. A log that does not deliver in time (the broker
         away) is no fault of the batch's documents, but raised inside the model's step it had the
         batch processor dead-letter them. The wait goes on, in slices of ``BOUND_WAIT_S`` with the
-        loop's heartbeat, until the log delivers, or the daemon stops (``StepInterrupted``: the
+        loop's heartbeat (a warning at the start, then about once a minute), until the log delivers, or the daemon stops (``StepInterrupted``: the
         batch is neither learned nor dead-lettered, and its input is read again after the restart)."""
         waits, t0 = 0, time.monotonic()
         while True:
@@ -381,8 +381,10 @@ class ReplicaMode:
                 if self._stopping():
                     raise StepInterrupted(f"stopping while the batch waited for the update log: {exc}") from exc
                 waits += 1
-                log.warning("update log: the records a batch must be computed after have not arrived; waiting on",
-                            extra={"error": str(exc), "waits": waits, "update_offset": self.replica.offset})
+                if waits % 12 == 1:  # the first slice, then about once a minute
+                    log.warning("update log: the records a batch must be computed after have not arrived; waiting on",
+                                extra={"error": str(exc), "waited_s": round(time.monotonic() - t0, 1),
+                                       "update_offset": self.replica.offset})
                 self._tick()
         if waits:
             log.info("update log: records arrived; computing the batch", extra={
