@@ -189,6 +189,9 @@ class Metrics:
         """Replicas sharing one model through the update log (docs/scale-out.md)."""
         self.update_log_lag = Gauge("streamtopics_update_log_lag_records",
                                     "Update-log records this replica has not applied yet.", registry=r)
+        self.update_log_waiting = Gauge("streamtopics_update_log_waiting_seconds",
+                                        "How long the batch being computed has waited for update-log records it "
+                                        "must be computed after (0: not waiting); not ready meanwhile.", registry=r)
         self.update_staleness = Gauge("streamtopics_update_staleness_records",
                                       "Records between the log's end and the model the last batch was computed "
                                       "against.", registry=r)
@@ -535,6 +538,7 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_topic_events_total": "counter",
     "streamtopics_update_log_lag_records": "gauge",
     "streamtopics_update_staleness_records": "gauge",
+    "streamtopics_update_log_waiting_seconds": "gauge",
     "streamtopics_update_computed_behind_records": "histogram",
     "streamtopics_updates_applied_total": "counter",
     "streamtopics_update_unlearned_offsets": "gauge",

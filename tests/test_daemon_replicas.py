@@ -251,6 +251,7 @@ def test_a_batch_waiting_for_a_silent_update_log_is_not_dead_lettered(broker, fr
         _wait(lambda: _learned(d) >= n, 120, "all documents learned")
         time.sleep(1.0)
         assert _learned(d) == n and len(calls) >= 10  # each batch once, the two waits retried
+        assert d.readiness()[0] and d.metrics.registry.get_sample_value("streamtopics_update_log_waiting_seconds") == 0
     _no_dead_letters_all_predicted(broker, topics, n)
 
 
@@ -265,6 +266,9 @@ def test_stopping_while_a_batch_waits_for_the_update_log_leaves_it_for_the_resta
         calls = _silence(d, lambda call: call >= 2)  # from the second batch on the log never delivers
         _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in _docs(n)])
         _wait(lambda: len(calls) >= 4, 60, "a batch waiting for the log")
+        ok, info = d.readiness()  # visible: not ready, and for how long it has waited
+        assert not ok and info["waiting_for_update_log_s"] >= 0.0 and info["broker_up"]
+        assert d.metrics.registry.get_sample_value("streamtopics_update_log_waiting_seconds") > 0.0
         t0 = time.monotonic()
     assert time.monotonic() - t0 < 15  # the wait gave up within a slice (BOUND_WAIT_S)
     assert d.error is None

@@ -379,7 +379,9 @@ class ReplicaMode:
                 break
             except TimeoutError as exc:
                 if self._stopping():
+                    self.telemetry.on_update_wait(None)
                     raise StepInterrupted(f"stopping while the batch waited for the update log: {exc}") from exc
+                self.telemetry.on_update_wait(time.monotonic() - t0)  # not ready meanwhile (/readyz)
                 waits += 1
                 if waits % 12 == 1:  # the first slice, then about once a minute
                     log.warning("update log: the records a batch must be computed after have not arrived; waiting on",
@@ -387,6 +389,7 @@ class ReplicaMode:
                                        "update_offset": self.replica.offset})
                 self._tick()
         if waits:
+            self.telemetry.on_update_wait(None)
             log.info("update log: records arrived; computing the batch", extra={
                 "waited_s": round(time.monotonic() - t0, 1), "update_offset": self.replica.offset})
 

@@ -55,6 +55,7 @@ class Telemetry:
         self._status: dict[str, Any] = {}
         self._build: tuple[str, str, str] = ("", "", "")  # build_info's (version, engine, update)
         self.standby_ready = False  # replicas: a member with no partition is a ready standby (readiness)
+        self.update_log_wait: float | None = None  # replicas: seconds a batch has waited for the log (readiness)
         self.prequential: deque[bool] = deque(maxlen=prequential_window)
         self.prequential_accuracy: float | None = None
         # (documents learned, windowed accuracy) once per batch; bounded for a never-ending stream
@@ -84,7 +85,8 @@ class Telemetry:
         self.metrics.set_ready(ok)
 
     def readiness(self, book, model, stopping: bool, consumer=None) -> tuple[bool, dict]:
-        """/readyz: partitions assigned, broker up, model loaded, not stopping, none quarantined.
+        """/readyz: partitions assigned, broker up, model loaded, not stopping, none quarantined, no
+        batch waiting for the update log (replicas).
         With no partition assigned, the ``consumer``'s group join progress says why. A replica
         (``standby_ready``) that the group gave no partition, once the group is stable, is a
         standby: ready, since it follows the update log and holds the shared model (more replicas
@@ -93,9 +95,13 @@ class Telemetry:
         up = self.broker_up
         join = consumer.join_progress() if consumer is not None and not book.assigned else None
         standby = bool(self.standby_ready and join is not None and join.get("stable"))
-        ok = (bool(book.assigned) or standby) and up and model is not None and not stopping and not quarantined
+        waiting = self.update_log_wait
+        ok = ((bool(book.assigned) or standby) and up and model is not None and not stopping and not quarantined
+              and waiting is None)
         out = {"partitions": [p for _, p in book.assigned], "broker_up": up, "model_ready": model is not None,
                "model_version": model.version if model is not None else None, "stopping": stopping}
+        if waiting is not None:
+            out["waiting_for_update_log_s"] = round(waiting, 1)
         if quarantined:
             out["quarantined"] = quarantined
         if join is not None:
@@ -297,6 +303,12 @@ class Telemetry:
 
     def on_staleness(self, n: int) -> None:
         self.metrics.update_staleness.set(n)
+
+    def on_update_wait(self, seconds: float | None) -> None:
+        """A batch has waited ``seconds`` for update-log records it must be computed after (None:
+        it waits no more)."""
+        self.update_log_wait = seconds
+        self.metrics.update_log_waiting.set(seconds or 0.0)
 
     def on_own_update_learned(self, behind: int) -> None:
         """One of this replica's records was learned ``behind`` records after the model its batch
