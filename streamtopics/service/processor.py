@@ -35,11 +35,11 @@ __all__ = ["BatchOutcome", "BatchProcessor", "Decoded", "RecordDecoder", "StepRe
 log = logging.getLogger("streamtopics.daemon")
 
 
-
 class StepInterrupted(Exception):
     """A step gave up for a reason that is not its documents' (the daemon stopping while the
     batch waited for the update log): re-raised by ``BatchProcessor.run``, never dead-lettered.
     The batch is neither learned nor published; its input is read again after the restart."""
+
 
 @dataclass
 class Decoded:

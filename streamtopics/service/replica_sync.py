@@ -370,26 +370,29 @@ class ReplicaMode:
         """``ReplicaSync.bounded``, waited out. A log that does not deliver in time (the broker
         away) is no fault of the batch's documents, but raised inside the model's step it had the
         batch processor dead-letter them. The wait goes on, in slices of ``BOUND_WAIT_S`` with the
-        loop's heartbeat (a warning at the start, then about once a minute), until the log delivers, or the daemon stops (``StepInterrupted``: the
-        batch is neither learned nor dead-lettered, and its input is read again after the restart)."""
+        loop's heartbeat (a warning at the start, then about once a minute; not ready meanwhile),
+        until the log delivers, or the daemon stops (``StepInterrupted``: the batch is neither
+        learned nor dead-lettered, and its input is read again after the restart)."""
         waits, t0 = 0, time.monotonic()
-        while True:
-            try:
-                self.sync.bounded(timeout_s=BOUND_WAIT_S)
-                break
-            except TimeoutError as exc:
-                if self._stopping():
-                    self.telemetry.on_update_wait(None)
-                    raise StepInterrupted(f"stopping while the batch waited for the update log: {exc}") from exc
-                self.telemetry.on_update_wait(time.monotonic() - t0)  # not ready meanwhile (/readyz)
-                waits += 1
-                if waits % 12 == 1:  # the first slice, then about once a minute
-                    log.warning("update log: the records a batch must be computed after have not arrived; waiting on",
-                                extra={"error": str(exc), "waited_s": round(time.monotonic() - t0, 1),
-                                       "update_offset": self.replica.offset})
-                self._tick()
+        try:
+            while True:
+                try:
+                    self.sync.bounded(timeout_s=BOUND_WAIT_S)
+                    break
+                except TimeoutError as exc:
+                    if self._stopping():
+                        raise StepInterrupted(f"stopping while the batch waited for the update log: {exc}") from exc
+                    waits += 1
+                    self.telemetry.on_update_wait(time.monotonic() - t0)  # /readyz 503 meanwhile
+                    if waits % 12 == 1:  # the first slice, then about once a minute
+                        log.warning("update log: the records a batch must be computed after have not arrived; "
+                                    "waiting on", extra={"error": str(exc), "waited_s": round(time.monotonic() - t0, 1),
+                                                         "update_offset": self.replica.offset})
+                    self._tick()
+        finally:
+            if waits:
+                self.telemetry.on_update_wait(None)
         if waits:
-            self.telemetry.on_update_wait(None)
             log.info("update log: records arrived; computing the batch", extra={
                 "waited_s": round(time.monotonic() - t0, 1), "update_offset": self.replica.offset})
 

@@ -292,8 +292,8 @@ def _unpack_array(name: str, v: list) -> np.ndarray:
 
 def _to_map(rec: UpdateRecord, part: int, parts: int) -> dict:
     src = rec.source
-    m = {"v": FORMAT_VERSION, "rid": rec.rid, "writer": rec.writer, "claim": rec.claim, "part": part, "parts": parts, "base": rec.base,
-         "kind": rec.kind,
+    m = {"v": FORMAT_VERSION, "rid": rec.rid, "writer": rec.writer, "claim": rec.claim, "part": part, "parts": parts,
+         "base": rec.base, "kind": rec.kind,
          "source": [src.topic, src.partition, src.first, src.next, src.epoch],
          "n_docs": rec.n_docs, "n_tokens": rec.n_tokens, "objective": rec.objective,
          "entropy": rec.entropy, "alloc": rec.alloc, "new_words": rec.new_words, "tokens": rec.tokens,
