@@ -16,6 +16,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_daemon import _cfg, _docs, _read_all, _running, _wait  # noqa: E402
 
+from streamtopics.daemon import Daemon  # noqa: E402
 from streamtopics.service.replication import digest  # noqa: E402
 
 
@@ -302,3 +303,49 @@ def test_a_record_of_a_newer_wire_format_stops_the_replica_with_the_reason(broke
         assert isinstance(d.error, NewerUpdateFormat) and f"offset {at}" in str(d.error)
         assert d.replica.offset == at and _learned(d) == n
     assert _read_all(broker.bootstrap, topics["dead_letter"], timeout_s=3) == []
+
+
+def test_an_update_log_lost_with_the_broker_stops_the_replica_with_the_reason(tmp_path):
+    """tansu restarted (memory storage: the update log, the input and the claims gone). Before,
+    the replica took the new log for the continuation of the old one from its offset on: it
+    skipped the new log's first records, applied a few batches of it, then learned nothing more,
+    silently (measured: 250 of 600 new documents, /readyz "ok"). Now it stops with the reason,
+    having learned nothing from the new log, and a restart refuses to start on the lost log
+    (docs/scale-out.md, "When the update log is lost")."""
+    from test_daemon import _produce  # noqa: E402
+
+    from streamtopics import load_snapshot
+    from streamtopics.service.replica_sync import UpdateLogReset
+    from streamtopics.testing.broker import EmbeddedBroker
+
+    b = EmbeddedBroker()
+    try:
+        b.start()
+        topics = {"input": "docs", "output": "preds", "dead_letter": "dlq"}
+
+        def cfg(**rep):
+            return _cfg(b.bootstrap, topics, tmp_path / "snaps", kafka={"create_topics": True, "group_id": "g-lost"},
+                        replication={"enabled": True, "updates_topic": "upd", "replica_id": "a", **rep})
+
+        n = 300
+        with _running(cfg()) as d:
+            _produce(b.bootstrap, "docs", [msgpack.packb(x) for x in _docs(n)])
+            _wait(lambda: _learned(d) >= n, 120, "the documents learned")
+            old_offset = d.replica.offset
+            b.stop(grace_s=0)
+            time.sleep(2)
+            b.start()
+            _wait(lambda: d.error is not None, 60, "the replica to stop on the lost log")
+            assert isinstance(d.error, UpdateLogReset), repr(d.error)
+            assert _learned(d) == n and d.replica.offset == old_offset  # nothing of the new log applied
+        saved = load_snapshot(d.last_snapshot)
+        assert saved.state.docs_seen == n
+        assert saved.snapshot_info["extra"]["daemon"]["update_offset"] == old_offset
+        # the restart refuses too: its snapshot's offsets point into the lost log (the broker's
+        # new log is shorter); it learns and dead-letters nothing
+        again = Daemon(cfg())
+        assert again.run() == 1 and isinstance(again.error, UpdateLogReset), repr(again.error)
+        assert "ends at" in str(again.error) or "created again" in str(again.error)
+        assert load_snapshot(again.last_snapshot or d.last_snapshot).state.docs_seen == n
+    finally:
+        b.cleanup()

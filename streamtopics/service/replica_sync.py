@@ -28,7 +28,8 @@ from .replication import Computed, Replica, Source, UpdateRecord
 from .session import log_reader_kwargs, log_writer_kwargs
 from .update_log import Fetched, UpdateReader, UpdateWriter
 
-__all__ = ["ReplicaMode", "ReplicaSync", "update_log_clients"]
+__all__ = ["NewerUpdateFormat", "ReplicaMode", "ReplicaSync", "UpdateLogReset", "UpdateLogUnusable",
+           "update_log_clients"]
 
 log = logging.getLogger("streamtopics.daemon")
 
@@ -43,10 +44,24 @@ FIRST_TOPICS_WAIT_S = 5.0
 BOUND_WAIT_S = 5.0
 
 
-class NewerUpdateFormat(StepInterrupted):
+class UpdateLogUnusable(StepInterrupted):
+    """The update log cannot be applied on from here without the replicas' models drifting apart:
+    nothing more is applied and the daemon stops with the reason (the batch in hand is neither
+    learned nor dead-lettered)."""
+
+
+class NewerUpdateFormat(UpdateLogUnusable):
     """The update log holds a record of a newer wire format than this release reads. Skipping it
     would leave this replica's model behind every replica that applied it, so nothing from that
     offset on is applied and the daemon stops with this error: upgrade the replica."""
+
+
+class UpdateLogReset(UpdateLogUnusable):
+    """The update log is not the one this replica's offsets refer to: the broker lost its data
+    (tansu's memory storage restarted), or the topic was deleted and created again, or truncated.
+    Applying the new log from our offset would skip its first records and take the rest for the
+    continuation of the old one (what happened before this check: a replica learned a few batches
+    of it and then nothing more, silently). docs/scale-out.md, "When the update log is lost"."""
 
 
 def update_log_clients(cfg) -> tuple[dict, dict]:
@@ -84,6 +99,8 @@ class ReplicaSync:
         self._publish_lock = threading.Lock()
         self.failed: list[UpdateRecord] = []  # records the broker refused (appended by the producer thread)
         self.ahead: str | None = None  # a record of a newer wire format was met here: nothing more is applied
+        self.lost: str | None = None  # the log was found reset (``UpdateLogReset``): nothing more is applied
+        self.topic_id: str | None = None  # the log's topic id the offsets refer to (from the snapshot)
 
     def check_retention(self) -> str | None:
         """The update log must outlast the snapshot interval (a replica that restarts replays it
@@ -133,13 +150,30 @@ class ReplicaSync:
         # Reading (poll, decode, reassembling parts) runs on the reader's thread; the log's end
         # for catch_up is asked by a consumer of its own (a KafkaConsumer is not thread-safe).
         start = self.replica.offset if read_from is None else min(int(read_from), self.replica.offset)
-        self._reader = UpdateReader(lambda: KafkaConsumer(**reader_kw), self.tp, start)
+        self._reader = UpdateReader(lambda: KafkaConsumer(**reader_kw), self.tp, start, topic_id=self.topic_id)
         self._reader.start()
         self._ends = KafkaConsumer(**reader_kw)
         self._producer = KafkaProducer(**writer_kw)
         self._writer = UpdateWriter(self._producer, self.tp.topic, self.rc.max_record_bytes, self._on_send_error)
 
     # -- the log's end and applying --------------------------------------------------------
+
+    @property
+    def log_topic_id(self) -> str | None:
+        """The update log's topic id the replica's offsets refer to (None: the broker does not say)."""
+        return self._reader.topic_id if self._reader is not None and self._reader.topic_id else self.topic_id
+
+    def verify(self, timeout_s: float = 30.0) -> None:
+        """Wait until the reader has compared the log with the replica's offset once (a log that
+        was lost raises ``UpdateLogReset`` here, at start, before anything is computed). A broker
+        that does not answer in time is checked later, by the reader, before anything is applied."""
+        deadline = time.monotonic() + timeout_s
+        while not self._reader.checked.wait(0.2):
+            self._tick()
+            if time.monotonic() > deadline:
+                return
+        if self._reader.reset is not None:
+            self.apply_fetched()
 
     def end_offset(self) -> int:
         """The log's end now (a round trip to the broker; safe from any thread). A broker may
@@ -192,6 +226,11 @@ class ReplicaSync:
         """One message from the reader, in log order: a whole record is applied at its offset;
         a part (its record completes later) or a message that is not a record only moves the
         offset on."""
+        if item.reset or self.lost is not None:
+            self.lost = self.lost or item.error
+            raise UpdateLogReset(f"update log {self.tp.topic!r}: {self.lost}; this replica's model is at update "
+                                 f"offset {self.replica.offset} of the old log. Nothing more is applied: "
+                                 f"docs/scale-out.md, 'When the update log is lost', says how to go on")
         if item.offset < self.replica.offset:
             return 0
         if item.newer or self.ahead is not None:
@@ -331,7 +370,10 @@ class ReplicaMode:
         self.replica = Replica(model, offset=offset, ledger=ledger, owners=saved.get("owners") or {},
                                writer=f"{self.replica_id}/{uuid.uuid4().hex[:8]}")
         self.sync = ReplicaSync(self.cfg, self.replica, self.telemetry, tick=self._tick, gil_free=self._gil_free)
+        self.sync.topic_id = saved.get("update_log_topic_id")
         self.sync.connect(read_from=saved.get("read_from"))
+        if offset > 0:
+            self.sync.verify()
         n = self.sync.catch_up(timeout_s=600.0)
         log.info("replica joined the update log", extra={
             "replica": self.replica_id, "from_offset": offset, "applied": n, "update_offset": self.replica.offset})
@@ -434,7 +476,7 @@ class ReplicaMode:
                     return True
                 log.warning("another replica claimed the partition after this one", extra={"partition": key})
                 return False
-            except NewerUpdateFormat:
+            except UpdateLogUnusable:
                 raise
             except Exception as exc:  # noqa: BLE001 - the broker away: try again
                 if deadline is None and self._stopping():  # a batch's claim (``compute``): left for the restart
@@ -488,7 +530,7 @@ class ReplicaMode:
             if self.sync.apply_fetched():
                 self.checkpoints.dirty = True
                 self.telemetry.on_model(self.replica.model)
-        except NewerUpdateFormat:
+        except UpdateLogUnusable:
             raise
         except Exception as exc:  # noqa: BLE001 - the broker away, or a slow log: next time
             log.warning("update log: catching up failed; retrying", extra={"error": repr(exc)})
@@ -507,7 +549,7 @@ class ReplicaMode:
 
     def snapshot_extra(self) -> dict:
         return {"update_offset": self.replica.offset, "read_from": self.sync.read_from(), "replica_id": self.replica_id,
-                "owners": dict(self.replica.owners)}
+                "owners": dict(self.replica.owners), "update_log_topic_id": self.sync.log_topic_id}
 
     def close(self) -> None:
         if self.sync is not None:

@@ -45,6 +45,7 @@ class Fetched:
     error: str | None = None
     part_of: str | None = None  # a part: the id of the record it belongs to
     newer: bool = False  # an update record of a newer wire format: not to be skipped (``NewerFormat``)
+    reset: bool = False  # the log is not the one this replica's offsets refer to (``error`` says why)
 
 
 class UpdateReader:
@@ -52,10 +53,15 @@ class UpdateReader:
     reader assigns it ``tp`` and seeks to ``start``. ``take`` is for the one applying thread."""
 
     def __init__(self, make_consumer: Callable[[], object], tp, start: int, max_items: int = 16,
-                 poll_ms: int = 200) -> None:
+                 poll_ms: int = 200, topic_id: str | None = None) -> None:
         self._make = make_consumer
         self.tp = tp
         self.position = int(start)   # the next offset to hand over (read by the reader thread)
+        # The broker's id of the log's topic (KIP-516) that the offsets refer to: from the snapshot,
+        # else the first one seen. Another id means the topic was deleted and created again.
+        self.topic_id = topic_id
+        self.reset: str | None = None  # why the log is not the one our offsets refer to (then it stops)
+        self.checked = threading.Event()  # a fetch answered: the log was compared with our offsets once
         self.highwater = int(start)  # the log's end as the newest fetch saw it
         self._queue: queue.Queue[Fetched] = queue.Queue(maxsize=max(1, max_items))
         self._assembler = Assembler()
@@ -116,21 +122,61 @@ class UpdateReader:
                         _close(consumer)
                         consumer = None
                     continue
-                for msg in fetched.get(self.tp, []):
-                    if msg.offset < self.position:  # read again after a re-seek
-                        continue
+                msgs = fetched.get(self.tp, [])
+                why = self._not_our_log(consumer, msgs)
+                if why is not None:
+                    self.reset = why
+                    log.error("update log: the log is not the one this replica's offsets refer to; "
+                              "nothing more is applied", extra={"offset": self.position, "why": why})
+                    self._put(Fetched(self.position, None, why, reset=True))
+                    self.checked.set()
+                    return
+                for msg in msgs:
                     if not self._put(self._decode(msg)):
                         return
                     self.position = msg.offset + 1
                 hw = consumer.highwater(self.tp)
                 if hw is not None:
                     self.highwater = max(self.highwater, int(hw), self.position)
+                if hw is not None or msgs:
+                    self.checked.set()
         except Exception as exc:  # noqa: BLE001 - never die silently: the loop sees ``alive`` False
             self.last_error = repr(exc)
             log.exception("update log reader failed", extra={"error": repr(exc)})
         finally:
             if consumer is not None:
                 _close(consumer)
+
+    def _not_our_log(self, consumer, msgs) -> str | None:
+        """Why the log just read is not the one ``position`` refers to (None: it is). A broker that
+        lost its data (tansu's memory storage restarted) or a topic deleted and created again starts
+        the log over at offset 0: records there were computed against models of the old log, and
+        our offsets point into it. kafka-python seeks to our position and drops a fetch's records
+        below it, so records below it mean the client moved back itself (our offset was out of
+        range); a high watermark below it, a log shorter than what we applied; another topic id, a
+        new log that may already have grown past our offset (as in ``stream.consumer``)."""
+        try:
+            tid = consumer._client.cluster.topic_id(self.tp.topic)  # kafka-python 3 internals
+        except Exception:  # noqa: BLE001 - absent in other versions: not checked
+            tid = None
+        if tid is not None:
+            tid = str(tid)
+            if self.topic_id is None:
+                self.topic_id = tid
+            elif tid != self.topic_id:
+                return f"the update log's topic was created again (topic id {tid}, this model's {self.topic_id})"
+        if msgs and msgs[0].offset < self.position:
+            return (f"the broker's log starts over below this replica's offset {self.position} (record at "
+                    f"{msgs[0].offset}): it was created again or truncated")
+        if not msgs:
+            try:
+                hw = consumer.highwater(self.tp)
+            except Exception:  # noqa: BLE001
+                hw = None
+            if hw is not None and int(hw) < self.position:
+                return (f"the update log ends at {int(hw)}, below this replica's offset {self.position}: "
+                        f"it was created again or truncated")
+        return None
 
     def _try(self, fn):
         """``fn()``, or None after a failure (logged; waits with backoff)."""
