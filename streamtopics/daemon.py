@@ -245,7 +245,7 @@ class Daemon:
                              on_revoked=self._on_revoked, on_reset=self._on_reset,
                              before_offset=lambda tp, start: self.book.before(tp.topic, tp.partition, start))
         if self.replicas is not None:
-            self.replicas.join(self.model, self.book.ledger)
+            self.replicas.join(self.model, self.book.ledger, adopt=lambda m, lg: self._adopt(m, lg, "update log base"))
         self.hooks.point("connected")
 
     @property
@@ -325,7 +325,7 @@ class Daemon:
             # the log was found reset during the batch: its old offsets mean nothing any more).
             if self.replicas is not None:
                 out.version = self.replicas.predicted_at  # predictions name the update offset they were made at
-            elif self.book.learned(self.book.in_batch):
+            if self.book.learned(self.book.in_batch) if self.replicas is None else span.key:  # their log's topic id
                 self.book.record_topic_id(span.key, rb.topic, self.session.topic_id(rb.topic))
         finally:
             self.book.in_batch = None

@@ -192,6 +192,10 @@ class Metrics:
         self.update_log_waiting = Gauge("streamtopics_update_log_waiting_seconds",
                                         "How long the batch being computed has waited for update-log records it "
                                         "must be computed after (0: not waiting); not ready meanwhile.", registry=r)
+        self.update_log_rebases = Counter("streamtopics_update_log_rebases_total",
+                                          "Times this replica found its update log lost (a broker that lost its "
+                                          "data, the topic created again) and offered its snapshot as the new "
+                                          "log's base.", registry=r)
         self.update_staleness = Gauge("streamtopics_update_staleness_records",
                                       "Records between the log's end and the model the last batch was computed "
                                       "against.", registry=r)
@@ -539,6 +543,7 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_update_log_lag_records": "gauge",
     "streamtopics_update_staleness_records": "gauge",
     "streamtopics_update_log_waiting_seconds": "gauge",
+    "streamtopics_update_log_rebases_total": "counter",
     "streamtopics_update_computed_behind_records": "histogram",
     "streamtopics_updates_applied_total": "counter",
     "streamtopics_update_unlearned_offsets": "gauge",

@@ -7,13 +7,15 @@ for bit, and a source range is learned once however often it is published.
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
 from streamtopics import TopicModel
 from streamtopics.corpora import load_reuters_r8
-from streamtopics.service.replication import (FORMAT_VERSION, Assembler, NewerFormat, Replica, Source, UpdateRecord,
-                                              decode, digest, encode)
+from streamtopics.service.replication import (FORMAT_VERSION, RECORD_VERSION, Assembler, NewerFormat, Replica,
+                                              Source, UpdateRecord, decode, digest, encode)
 
 K = 12
 B = 64
@@ -418,7 +420,8 @@ def test_a_record_of_a_newer_wire_format_is_refused_not_taken_for_foreign_data()
 
     rec = UpdateRecord(source=Source("docs", 0, 0, 10), base=3, kind="claim", writer="w")
     m = msgpack.unpackb(encode(rec)[0])
-    assert m["v"] == FORMAT_VERSION and decode(encode(rec)[0])[0].base == 3
+    # update records stay at version 1: a release that reads only version 1 still reads them
+    assert m["v"] == RECORD_VERSION == 1 and decode(encode(rec)[0])[0].base == 3
     with pytest.raises(NewerFormat, match=f"version {FORMAT_VERSION + 1}"):
         decode(msgpack.packb({**m, "v": FORMAT_VERSION + 1}))
     for foreign in ({"v": FORMAT_VERSION + 7, "hello": 1}, [1, 2], {"v": "9", "rid": "x", "kind": "batch"}):
@@ -427,3 +430,46 @@ def test_a_record_of_a_newer_wire_format_is_refused_not_taken_for_foreign_data()
         assert not isinstance(err.value, NewerFormat)
     with pytest.raises(ValueError, match="not an update record"):
         decode(b"\xc1 not msgpack")
+
+
+def test_a_rebase_travels_in_parts_and_a_version_1_reader_refuses_it():
+    """The snapshot bytes of a rebase come back whole from parts in any interleaving with other
+    messages; the parts are wire format 2, which a release reading only version 1 must refuse
+    (skipping it would leave that replica on a model nobody else holds)."""
+    import msgpack
+
+    from streamtopics.service import replication
+    from streamtopics.service.rebase import REBASE_VERSION, Rebase, RebaseJoiner, encode_rebase
+
+    data = bytes(range(256)) * 1200  # 307,200 bytes
+    msgs = encode_rebase(data, "a", 17, max_bytes=70000)
+    assert len(msgs) == 5 and all(len(m) <= 70000 for m in msgs)
+    joiner, whole = RebaseJoiner(), []
+    for raw in msgs[::-1]:  # any order of arrival
+        part, i, n = decode(raw)
+        assert isinstance(part, Rebase) and (i, n) == (part.part, 5)
+        got = joiner.add(part)
+        if got is not None:
+            whole.append(got)
+    assert len(whole) == 1 and whole[0].data == data and (whole[0].replica, whole[0].old_offset) == ("a", 17)
+    assert msgpack.unpackb(msgs[0])["v"] == REBASE_VERSION == FORMAT_VERSION == 2
+    old = replication.FORMAT_VERSION
+    replication.FORMAT_VERSION = 1  # a release before rebases
+    try:
+        with pytest.raises(NewerFormat, match="version 2"):
+            decode(msgs[0])
+    finally:
+        replication.FORMAT_VERSION = old
+
+
+def test_a_record_carries_its_input_topic_id_into_every_replicas_ledger():
+    """The ledger a replica builds from the log knows the topic id of a partition it never read
+    (a topic created again is then told from its old log after a rebase or a rebalance)."""
+    m = TopicModel(n_topics=4, seed=0)
+    m.partial_fit(["apple banana cherry", "banana cherry date"])
+    rep = Replica(m, writer="w")
+    rec, _ = rep.compute([["apple", "banana"], ["cherry", "date"]], Source("docs", 1, 0, 2, 0, "tid-1"))
+    assert decode(encode(rec)[0])[0].source.topic_id == "tid-1"
+    other = Replica(copy.deepcopy(m), writer="v")
+    assert other.apply(decode(encode(rec)[0])[0], 0)
+    assert other.ledger.topic_id("docs:1") == "tid-1"

@@ -15,10 +15,12 @@ every batch). Ordered steps of one checkpoint (docs/exactly-once.md):
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..model import load_snapshot
 from ..snapshot import SnapshotWriteError
 from .checkpoint import CommitGate, DirectoryLock, Lineage, SnapshotStore
 from .ledger import OffsetLedger
@@ -67,13 +69,7 @@ class Checkpointer:
     def adopt(self, model, path: Path) -> tuple:
         """Take a loaded snapshot as this daemon's state: (model, its ledger)."""
         info = model.snapshot_info
-        offsets = {str(k): int(v) for k, v in (info.get("offsets") or {}).items()}
-        daemon_extra = (info.get("extra") or {}).get("daemon") or {}
-        if daemon_extra.get("ledger"):
-            ledger = OffsetLedger.from_dict(daemon_extra["ledger"])
-        else:  # written before ledgers: [0, offset) learned in the saved epoch
-            topic_ids = {str(k): str(v) for k, v in (daemon_extra.get("topic_ids") or {}).items()}
-            ledger = OffsetLedger.from_offsets(offsets, daemon_extra.get("epochs") or {}, topic_ids)
+        ledger = _ledger_of(info)
         self.lineage = Lineage.of(info) or Lineage.new()
         self.gate.durable(ledger.positions())
         self.last_snapshot = path
@@ -82,6 +78,19 @@ class Checkpointer:
         created = info.get("created")
         self.telemetry.on_snapshot_written(None, at=float(created) if created else None)
         return model, ledger
+
+    def adopt_bytes(self, data: bytes) -> tuple:
+        """A snapshot received as bytes (the update log's rebase, ``service/rebase.py``) as this
+        daemon's state: (model, its ledger). Read through a file in the snapshot directory; the
+        snapshot written next holds it."""
+        tmp = self.store.dir / f"rebase-{os.getpid()}.tmp"
+        tmp.write_bytes(data)
+        try:
+            model = load_snapshot(tmp)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self.lineage = Lineage.of(model.snapshot_info) or Lineage.new()
+        return model, _ledger_of(model.snapshot_info)
 
     def log_adopted(self, model, path: Path, differences: dict) -> None:
         """Say which snapshot the daemon runs on, and which of its settings the config differs in."""
@@ -219,3 +228,13 @@ class Checkpointer:
             self.gate.committed(pending)
         self._point("committed")
         self.telemetry.on_commit(time.perf_counter() - t0)
+
+
+def _ledger_of(info: dict) -> OffsetLedger:
+    """The ledger a snapshot's info holds (or, written before ledgers, [0, offset) learned in the saved epoch)."""
+    offsets = {str(k): int(v) for k, v in (info.get("offsets") or {}).items()}
+    daemon_extra = (info.get("extra") or {}).get("daemon") or {}
+    if daemon_extra.get("ledger"):
+        return OffsetLedger.from_dict(daemon_extra["ledger"])
+    topic_ids = {str(k): str(v) for k, v in (daemon_extra.get("topic_ids") or {}).items()}
+    return OffsetLedger.from_offsets(offsets, daemon_extra.get("epochs") or {}, topic_ids)

@@ -23,12 +23,13 @@ import uuid
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from .processor import StepInterrupted
+from .rebase import encode_rebase
 from .replica_snapshots import SnapshotShipper
 from .replication import Computed, Replica, Source, UpdateRecord
 from .session import log_reader_kwargs, log_writer_kwargs
 from .update_log import Fetched, UpdateReader, UpdateWriter
 
-__all__ = ["NewerUpdateFormat", "ReplicaMode", "ReplicaSync", "UpdateLogReset", "UpdateLogUnusable",
+__all__ = ["NewerUpdateFormat", "ReplicaMode", "ReplicaSync", "UpdateLogRebased", "UpdateLogReset", "UpdateLogUnusable",
            "update_log_clients"]
 
 log = logging.getLogger("streamtopics.daemon")
@@ -54,6 +55,12 @@ class NewerUpdateFormat(UpdateLogUnusable):
     """The update log holds a record of a newer wire format than this release reads. Skipping it
     would leave this replica's model behind every replica that applied it, so nothing from that
     offset on is applied and the daemon stops with this error: upgrade the replica."""
+
+
+class UpdateLogRebased(UpdateLogUnusable):
+    """A running replica met the first rebase of its log (another replica found the log lost and
+    published the state every replica continues from): it stops, and adopts it at its restart,
+    where the model can be replaced before anything runs on it."""
 
 
 class UpdateLogReset(UpdateLogUnusable):
@@ -100,7 +107,12 @@ class ReplicaSync:
         self.failed: list[UpdateRecord] = []  # records the broker refused (appended by the producer thread)
         self.ahead: str | None = None  # a record of a newer wire format was met here: nothing more is applied
         self.lost: str | None = None  # the log was found reset (``UpdateLogReset``): nothing more is applied
+        # ``on_rebase(rebase, offset)``: a whole rebase message in the log (``ReplicaMode._on_rebase``);
+        # ``awaiting_rebase``: this replica published one into a new log and skips all before the first
+        self.on_rebase = None
+        self.awaiting_rebase = False
         self.topic_id: str | None = None  # the log's topic id the offsets refer to (from the snapshot)
+        self.last_applied: tuple[int, int] | None = None  # (offset, crc32) of the last message applied
 
     def check_retention(self) -> str | None:
         """The update log must outlast the snapshot interval (a replica that restarts replays it
@@ -150,7 +162,8 @@ class ReplicaSync:
         # Reading (poll, decode, reassembling parts) runs on the reader's thread; the log's end
         # for catch_up is asked by a consumer of its own (a KafkaConsumer is not thread-safe).
         start = self.replica.offset if read_from is None else min(int(read_from), self.replica.offset)
-        self._reader = UpdateReader(lambda: KafkaConsumer(**reader_kw), self.tp, start, topic_id=self.topic_id)
+        self._reader = UpdateReader(lambda: KafkaConsumer(**reader_kw), self.tp, start, topic_id=self.topic_id,
+                                    last=self.last_applied)
         self._reader.start()
         self._ends = KafkaConsumer(**reader_kw)
         self._producer = KafkaProducer(**writer_kw)
@@ -233,10 +246,22 @@ class ReplicaSync:
                                  f"docs/scale-out.md, 'When the update log is lost', says how to go on")
         if item.offset < self.replica.offset:
             return 0
+        self.last_applied = (item.offset, item.crc)
         if item.newer or self.ahead is not None:
             self.ahead = self.ahead or f"update log offset {item.offset}: {item.error}"
             raise NewerUpdateFormat(f"{self.ahead}; upgrade this replica (nothing from that offset on is applied, "
                                     f"so its model stays where every replica of this release is)")
+        if item.rebase is not None:
+            self.open_parts.pop(item.rebase.rid, None)
+            if self.on_rebase is None:
+                raise UpdateLogReset(f"a rebase at update log offset {item.offset}, and no way to adopt it here")
+            self.on_rebase(item.rebase, item.offset)  # moves the offset on (or raises: adopted at start)
+            return 1
+        if self.awaiting_rebase:  # a lost log's new one: what precedes the first rebase is not ours to apply
+            if item.part_of is not None:
+                self._note_part(item.part_of, item.offset)
+            self.replica.offset = item.offset + 1
+            return 0
         if item.record is None:
             if item.error is not None:  # not ours: skipped identically by every replica
                 log.error("update log: skipping a message that is not an update record",
@@ -300,6 +325,11 @@ class ReplicaSync:
         while self.failed:
             self.publish(self.failed.pop(0))
 
+    def publish_now(self, messages: list[bytes], timeout_s: float = 120.0) -> None:
+        """Send already encoded messages (a rebase) in order and wait until the log has them all."""
+        for m in messages:
+            self._producer.send(self.tp.topic, value=m, partition=0).get(timeout=timeout_s)
+
     def flush(self) -> None:
         """Wait until every record sent is in the log (and resend refused ones)."""
         if self._producer is not None:
@@ -347,6 +377,8 @@ class ReplicaMode:
         self._pending_lock = threading.Lock()  # the publisher thread takes acknowledged records out
         self.shipper = SnapshotShipper(cfg, self.replica_id) if cfg.replication.snapshots_topic else None
         self._untopical_sent = False  # a batch record computed while the model had no topics
+        self.rebase_offset: int | None = None  # the offset of the rebase this log's model descends from
+        self._starting = False  # joining: a rebase met now is adopted (later, the daemon stops for it)
 
     def fetch_snapshot(self, store) -> None:
         """Start-up with an empty snapshot directory: the newest snapshot shipped to Kafka, if any."""
@@ -362,22 +394,75 @@ class ReplicaMode:
         if self.shipper is not None and self.replica is not None:
             self.shipper.ship(path, self.replica.offset)
 
-    def join(self, model, ledger) -> None:
-        """The model at its snapshot's update offset, then the log applied to its end."""
+    def join(self, model, ledger, adopt=lambda model, ledger: None) -> None:
+        """The model at its snapshot's update offset, then the log applied to its end. ``adopt(model,
+        ledger)``: the daemon takes another model and ledger (its log was lost: the new log's base)."""
         info = getattr(model, "snapshot_info", None) or {}
         saved = (info.get("extra") or {}).get("daemon") or {}
         offset = int(saved.get("update_offset", 0))
         self.replica = Replica(model, offset=offset, ledger=ledger, owners=saved.get("owners") or {},
                                writer=f"{self.replica_id}/{uuid.uuid4().hex[:8]}")
         self.sync = ReplicaSync(self.cfg, self.replica, self.telemetry, tick=self._tick, gil_free=self._gil_free)
+        self.rebase_offset = saved.get("rebase_offset")
         self.sync.topic_id = saved.get("update_log_topic_id")
+        self.sync.last_applied = tuple(saved["update_log_last"]) if saved.get("update_log_last") else None
+        self.sync.on_rebase = self._on_rebase
+        self._starting = True
         self.sync.connect(read_from=saved.get("read_from"))
         if offset > 0:
-            self.sync.verify()
+            try:
+                self.sync.verify()
+            except UpdateLogReset as exc:
+                self._publish_rebase(str(exc))
         n = self.sync.catch_up(timeout_s=600.0)
+        self._starting = False
+        if self.replica.model is not model:
+            adopt(self.replica.model, self.replica.ledger)
         log.info("replica joined the update log", extra={
             "replica": self.replica_id, "from_offset": offset, "applied": n, "update_offset": self.replica.offset})
         self.checkpoints.dirty = self.checkpoints.dirty or n > 0
+
+    def _publish_rebase(self, why: str) -> None:
+        """This replica's log is lost: offer the snapshot it started from as the new log's base
+        (``rebase.py``), then read the new log from its beginning. Whoever's rebase comes first is
+        adopted (``_on_rebase``); everything before it is skipped."""
+        path = self.checkpoints.last_snapshot
+        data = path.read_bytes()
+        old = self.replica.offset
+        self.sync.close()
+        self.replica = Replica(self.replica.model, offset=0, ledger=self.replica.ledger, owners={},
+                               writer=self.replica.writer)
+        self.sync = ReplicaSync(self.cfg, self.replica, self.telemetry, tick=self._tick, gil_free=self._gil_free)
+        self.sync.on_rebase = self._on_rebase
+        self.sync.awaiting_rebase = True
+        self.rebase_offset = None
+        self.sync.connect(read_from=0)
+        self.sync.publish_now(encode_rebase(data, self.replica_id, old, self.cfg.replication.max_record_bytes))
+        self.telemetry.on_update_log_lost()
+        log.warning("update log lost: this replica's snapshot offered as the new log's base; the first base "
+                    "in the log is adopted by every replica", extra={"why": why, "old_update_offset": old,
+                                                                     "snapshot": str(path), "bytes": len(data)})
+
+    def _on_rebase(self, reb, offset: int) -> None:
+        """A whole rebase message at ``offset``: the first of its log is adopted, at start (the model
+        and ledger are replaced before anything runs on them); a running replica stops for it."""
+        if self.rebase_offset is not None:
+            log.info("update log: a later rebase is skipped (the first one was adopted)",
+                     extra={"offset": offset, "adopted": self.rebase_offset, "from_replica": reb.replica})
+            self.replica.offset = offset + 1
+            return
+        if not self._starting:
+            raise UpdateLogRebased(f"update log offset {offset}: replica {reb.replica!r} found the log lost and "
+                                   f"published the state every replica continues from; it is adopted at the restart")
+        model, ledger = self.checkpoints.adopt_bytes(reb.data)
+        self.replica = Replica(model, offset=offset + 1, ledger=ledger, owners={}, writer=self.replica.writer)
+        self.sync.replica = self.replica
+        self.sync.awaiting_rebase = False
+        self.rebase_offset = offset
+        self.checkpoints.dirty = True
+        log.warning("update log: adopted the new log's base", extra={
+            "offset": offset, "from_replica": reb.replica, "its_old_update_offset": reb.old_offset,
+            "docs_seen": int(model.state.docs_seen)})
 
     def compute(self, tokens: list, span, ledger, labels: list | None = None) -> Computed:
         """The batch's update record to the log (the model learns it when the log is applied),
@@ -397,7 +482,7 @@ class ReplicaMode:
         if not span.key:  # its log was found reset meanwhile: predict only
             return _predicted(model.process(model.prepare(tokens, grow=False), learn=False))
         topic, _, partition = span.key.rpartition(":")
-        source = Source(topic, int(partition), span.first, span.next, ledger.epoch(span.key))
+        source = Source(topic, int(partition), span.first, span.next, ledger.epoch(span.key), ledger.topic_id(span.key))
         rec, out = self.replica.compute(tokens, source, labels, kernels=self._kernels)
         self._untopical_sent = self._untopical_sent or rec.kind == "batch"
         if out is None:
@@ -549,7 +634,9 @@ class ReplicaMode:
 
     def snapshot_extra(self) -> dict:
         return {"update_offset": self.replica.offset, "read_from": self.sync.read_from(), "replica_id": self.replica_id,
-                "owners": dict(self.replica.owners), "update_log_topic_id": self.sync.log_topic_id}
+                "owners": dict(self.replica.owners), "update_log_topic_id": self.sync.log_topic_id,
+                "rebase_offset": self.rebase_offset,
+                "update_log_last": list(self.sync.last_applied) if self.sync.last_applied else None}
 
     def close(self) -> None:
         if self.sync is not None:

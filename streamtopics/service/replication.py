@@ -52,6 +52,7 @@ from ..updates import classifier_decay
 from ..supervised.targets import is_missing
 from ..supervised.head_io import fork_head
 from .ledger import OffsetLedger
+from .rebase import Rebase, rebase_from_map
 
 __all__ = ["Assembler", "Computed", "FORMAT_VERSION", "NewerFormat", "Observed", "Source", "UpdateRecord", "Replica",
            "check_replicable", "decode", "encode", "digest"]
@@ -62,7 +63,10 @@ log = logging.getLogger("streamtopics.daemon")
 # would read otherwise (or not at all) must raise it: a replica meeting a newer version stops
 # (``NewerFormat``) instead of skipping the record, which would leave it behind the replicas that
 # applied it. "v", "rid" and "kind" stay in every version's messages.
-FORMAT_VERSION = 1
+# Update records are still written as version 1 (``RECORD_VERSION``): only rebase messages
+# (``rebase.py``) need version 2, so a release that reads version 1 keeps reading this one's records.
+FORMAT_VERSION = 2
+RECORD_VERSION = 1
 MAX_RECORD_BYTES = 900_000  # below the broker's default message limit (1 MiB) with room for headers
 _ARRAYS = ("known", "indptr", "topics", "values", "totals", "doc_ptr", "doc_topics", "doc_values",
            "doc_len", "sup_ptr", "sup_topics", "sup_values")
@@ -71,13 +75,17 @@ _DOC_ARRAYS = ("doc_ptr", "doc_topics", "doc_values", "doc_len", "sup_ptr", "sup
 
 @dataclass(frozen=True)
 class Source:
-    """The input records an update learned: ``[first, next)`` of ``topic``:``partition`` in log ``epoch``."""
+    """The input records an update learned: ``[first, next)`` of ``topic``:``partition`` in log ``epoch``;
+    ``topic_id``: the broker's id of the topic (KIP-516) that log had, when known. It goes into every
+    replica's ledger, so a topic created again is told from its old log by every replica, not only
+    by those that read the partition (the single daemon keeps it from its own reads)."""
 
     topic: str
     partition: int
     first: int
     next: int
     epoch: int = 0
+    topic_id: str | None = None
 
     @property
     def key(self) -> str:
@@ -292,9 +300,9 @@ def _unpack_array(name: str, v: list) -> np.ndarray:
 
 def _to_map(rec: UpdateRecord, part: int, parts: int) -> dict:
     src = rec.source
-    m = {"v": FORMAT_VERSION, "rid": rec.rid, "writer": rec.writer, "claim": rec.claim, "part": part, "parts": parts,
+    m = {"v": RECORD_VERSION, "rid": rec.rid, "writer": rec.writer, "claim": rec.claim, "part": part, "parts": parts,
          "base": rec.base, "kind": rec.kind,
-         "source": [src.topic, src.partition, src.first, src.next, src.epoch],
+         "source": [src.topic, src.partition, src.first, src.next, src.epoch], "source_tid": src.topic_id,
          "n_docs": rec.n_docs, "n_tokens": rec.n_tokens, "objective": rec.objective,
          "entropy": rec.entropy, "alloc": rec.alloc, "new_words": rec.new_words, "tokens": rec.tokens,
          "targets": rec.targets, "reborn": rec.reborn}
@@ -337,9 +345,10 @@ class NewerFormat(ValueError):
     """An update record of a wire format newer than this release reads (``FORMAT_VERSION``)."""
 
 
-def decode(raw: bytes) -> tuple[UpdateRecord, int, int]:
-    """One message -> (the record or its part, part index, number of parts). Raises ValueError
-    (``NewerFormat`` for a record of a newer format version: not to be skipped like foreign data)."""
+def decode(raw: bytes) -> tuple[UpdateRecord | Rebase, int, int]:
+    """One message -> (the record or its part, part index, number of parts); a rebase message
+    (``rebase.py``) -> its ``Rebase`` part. Raises ValueError (``NewerFormat`` for a record of a
+    newer format version: not to be skipped like foreign data)."""
     try:
         m = msgpack.unpackb(raw, raw=False)
     except (TypeError, ValueError, msgpack.exceptions.ExtraData) as exc:
@@ -349,9 +358,13 @@ def decode(raw: bytes) -> tuple[UpdateRecord, int, int]:
         raise NewerFormat(f"an update record of wire format version {v}; this release reads up to version "
                           f"{FORMAT_VERSION}")
     try:
+        if isinstance(m, dict) and m.get("kind") == "rebase":
+            part = rebase_from_map(m)
+            return part, part.part, part.parts
         topic, partition, first, nxt, epoch = m["source"]
         rec = UpdateRecord(
-            source=Source(str(topic), int(partition), int(first), int(nxt), int(epoch)), base=int(m["base"]),
+            source=Source(str(topic), int(partition), int(first), int(nxt), int(epoch),
+                          str(m["source_tid"]) if m.get("source_tid") else None), base=int(m["base"]),
             kind=str(m["kind"]), n_docs=int(m["n_docs"]), n_tokens=int(m["n_tokens"]), objective=m["objective"],
             entropy=float(m["entropy"]), alloc=float(m["alloc"]), new_words=list(m["new_words"]),
             tokens=m["tokens"], targets=m.get("targets"), rid=str(m["rid"]), writer=str(m.get("writer") or ""),
@@ -590,7 +603,7 @@ class Replica:
                 self._learn(rec, offset, model.memo_key(src.batch_key))
             except Exception as exc:  # noqa: BLE001 - alike on every replica: same state, same record
                 problem = f"{type(exc).__name__}: {exc} (raised while applying)"
-        self.ledger.learned(key, src.first, src.next)  # either way its owner moves on
+        self.ledger.learned(key, src.first, src.next, topic_id=src.topic_id)  # either way its owner moves on
         if problem is not None:
             self.skipped += 1
             self.unlearned += src.next - src.first

@@ -310,6 +310,10 @@ class Telemetry:
         self.update_log_wait = seconds
         self.metrics.update_log_waiting.set(seconds or 0.0)
 
+    def on_update_log_lost(self) -> None:
+        """The update log was found lost; this replica offered its snapshot as the new log's base."""
+        self.metrics.update_log_rebases.inc()
+
     def on_own_update_learned(self, behind: int) -> None:
         """One of this replica's records was learned ``behind`` records after the model its batch
         was computed against (its log offset minus its base)."""

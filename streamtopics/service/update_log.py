@@ -22,9 +22,12 @@ import logging
 import queue
 import threading
 import time
+import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..stream.consumer import ConnectionWatch
+from .rebase import Rebase, RebaseJoiner
 from .replication import Assembler, NewerFormat, UpdateRecord, decode, encode
 
 __all__ = ["Fetched", "UpdateReader", "UpdateWriter"]
@@ -46,6 +49,8 @@ class Fetched:
     part_of: str | None = None  # a part: the id of the record it belongs to
     newer: bool = False  # an update record of a newer wire format: not to be skipped (``NewerFormat``)
     reset: bool = False  # the log is not the one this replica's offsets refer to (``error`` says why)
+    rebase: Rebase | None = None  # a whole rebase message (``rebase.py``) completes at ``offset``
+    crc: int = 0  # crc32 of the message's bytes: whether the log still holds this message (``last``)
 
 
 class UpdateReader:
@@ -53,7 +58,7 @@ class UpdateReader:
     reader assigns it ``tp`` and seeks to ``start``. ``take`` is for the one applying thread."""
 
     def __init__(self, make_consumer: Callable[[], object], tp, start: int, max_items: int = 16,
-                 poll_ms: int = 200, topic_id: str | None = None) -> None:
+                 poll_ms: int = 200, topic_id: str | None = None, last: tuple[int, int] | None = None) -> None:
         self._make = make_consumer
         self.tp = tp
         self.position = int(start)   # the next offset to hand over (read by the reader thread)
@@ -61,10 +66,16 @@ class UpdateReader:
         # else the first one seen. Another id means the topic was deleted and created again.
         self.topic_id = topic_id
         self.reset: str | None = None  # why the log is not the one our offsets refer to (then it stops)
+        # (offset, crc32) of a message the replica had read (from its snapshot, then the last handed
+        # over): read again at start and after a lost broker connection, it must come back unchanged
+        self.last = tuple(last) if last else None
+        self._verify = self.last is not None
+        self._conns = ConnectionWatch()
         self.checked = threading.Event()  # a fetch answered: the log was compared with our offsets once
         self.highwater = int(start)  # the log's end as the newest fetch saw it
         self._queue: queue.Queue[Fetched] = queue.Queue(maxsize=max(1, max_items))
         self._assembler = Assembler()
+        self._rebases = RebaseJoiner()
         self._poll_ms = int(poll_ms)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -116,14 +127,24 @@ class UpdateReader:
                     consumer = self._try(self._connect)
                     if consumer is None:
                         continue
-                fetched = self._try(lambda: consumer.poll(timeout_ms=self._poll_ms, max_records=64))
-                if fetched is None:
+                why = None
+                if self._verify:
+                    done = self._try(lambda: self._same_last(consumer))
+                    if done is None or not done[0]:
+                        continue
+                    self._verify, why = False, done[1]
+                fetched = None if why else self._try(lambda: consumer.poll(timeout_ms=self._poll_ms, max_records=64))
+                if fetched is None and why is None:
                     if self.failures >= _RECREATE_AFTER:  # built again, from the next offset to hand over
                         _close(consumer)
                         consumer = None
                     continue
-                msgs = fetched.get(self.tp, [])
-                why = self._not_our_log(consumer, msgs)
+                msgs = [] if why else fetched.get(self.tp, [])
+                if not why and self._conns.lost(getattr(consumer, "_client", None)) and self.last is not None:
+                    self._verify = True  # the broker may have come back without its data: before these
+                    consumer.seek(self.tp, self.position)
+                    continue
+                why = why or self._not_our_log(consumer, msgs)
                 if why is not None:
                     self.reset = why
                     log.error("update log: the log is not the one this replica's offsets refer to; "
@@ -132,9 +153,11 @@ class UpdateReader:
                     self.checked.set()
                     return
                 for msg in msgs:
-                    if not self._put(self._decode(msg)):
+                    crc = zlib.crc32(msg.value or b"")
+                    if not self._put(replace(self._decode(msg), crc=crc)):
                         return
                     self.position = msg.offset + 1
+                    self.last = (msg.offset, crc)
                 hw = consumer.highwater(self.tp)
                 if hw is not None:
                     self.highwater = max(self.highwater, int(hw), self.position)
@@ -146,6 +169,32 @@ class UpdateReader:
         finally:
             if consumer is not None:
                 _close(consumer)
+
+    def _same_last(self, consumer) -> tuple[bool, str | None]:
+        """Read the message at ``last`` again: (concluded, why the log is another one, or None).
+        A log that lost its data and has grown past our offset since passes every other check."""
+        o, crc = self.last
+        consumer.seek(self.tp, o)
+        got, hw, deadline = [], None, time.monotonic() + 10.0
+        try:  # polled until it answers: a seek each time would cancel the fetch in flight
+            while not got and time.monotonic() < deadline and not self._stop.is_set():
+                got = consumer.poll(timeout_ms=self._poll_ms, max_records=1).get(self.tp, [])
+                hw = consumer.highwater(self.tp)
+                if hw is not None and int(hw) <= o:
+                    break
+        finally:
+            consumer.seek(self.tp, self.position)
+        if got:
+            m = got[0]
+            if m.offset == o:
+                same = zlib.crc32(m.value or b"") == crc
+                return True, None if same else f"the message at offset {o} has other contents than this replica read"
+            if int(consumer.beginning_offsets([self.tp])[self.tp]) > o:
+                return True, None  # retention deleted it: nothing to compare
+            return True, f"the log no longer holds offset {o} (its first record is at {m.offset})"
+        if hw is not None and int(hw) <= o:
+            return True, f"the update log ends at {int(hw)}, at or below offset {o} that this replica read"
+        return False, None
 
     def _not_our_log(self, consumer, msgs) -> str | None:
         """Why the log just read is not the one ``position`` refers to (None: it is). A broker that
@@ -199,6 +248,9 @@ class UpdateReader:
             return Fetched(msg.offset, None, str(exc), newer=True)
         except ValueError as exc:  # not ours: skipped identically by every replica
             return Fetched(msg.offset, None, str(exc))
+        if isinstance(part, Rebase):
+            joined = self._rebases.add(part)
+            return Fetched(msg.offset, None, rebase=joined, part_of=part.rid if joined is None else None)
         whole = self._assembler.add(part, i, parts)
         return Fetched(msg.offset, whole, part_of=part.rid if whole is None else None)
 
