@@ -112,7 +112,7 @@ class ReplicaSync:
         self.on_rebase = None
         self.awaiting_rebase = False
         self.topic_id: str | None = None  # the log's topic id the offsets refer to (from the snapshot)
-        self.last_applied: tuple[int, int] | None = None  # (offset, crc32) of the last message applied
+        self.last_applied: tuple[int, int] | None = None  # (offset, fingerprint) of the last message applied
 
     def check_retention(self) -> str | None:
         """The update log must outlast the snapshot interval (a replica that restarts replays it
@@ -402,11 +402,8 @@ class ReplicaMode:
         offset = int(saved.get("update_offset", 0))
         self.replica = Replica(model, offset=offset, ledger=ledger, owners=saved.get("owners") or {},
                                writer=f"{self.replica_id}/{uuid.uuid4().hex[:8]}")
-        self.sync = ReplicaSync(self.cfg, self.replica, self.telemetry, tick=self._tick, gil_free=self._gil_free)
         self.rebase_offset = saved.get("rebase_offset")
-        self.sync.topic_id = saved.get("update_log_topic_id")
-        self.sync.last_applied = tuple(saved["update_log_last"]) if saved.get("update_log_last") else None
-        self.sync.on_rebase = self._on_rebase
+        self._new_sync(saved.get("update_log_topic_id"), saved.get("update_log_last"))
         self._starting = True
         self.sync.connect(read_from=saved.get("read_from"))
         if offset > 0:
@@ -422,6 +419,14 @@ class ReplicaMode:
             "replica": self.replica_id, "from_offset": offset, "applied": n, "update_offset": self.replica.offset})
         self.checkpoints.dirty = self.checkpoints.dirty or n > 0
 
+    def _new_sync(self, topic_id: str | None = None, last=None) -> None:
+        """The update log's side of ``self.replica`` (not connected yet); ``topic_id`` and ``last``
+        say which log the replica's offsets refer to (a snapshot's, or none: any log)."""
+        self.sync = ReplicaSync(self.cfg, self.replica, self.telemetry, tick=self._tick, gil_free=self._gil_free)
+        self.sync.topic_id = topic_id
+        self.sync.last_applied = tuple(last) if last else None
+        self.sync.on_rebase = self._on_rebase
+
     def _publish_rebase(self, why: str) -> None:
         """This replica's log is lost: offer the snapshot it started from as the new log's base
         (``rebase.py``), then read the new log from its beginning. Whoever's rebase comes first is
@@ -432,8 +437,7 @@ class ReplicaMode:
         self.sync.close()
         self.replica = Replica(self.replica.model, offset=0, ledger=self.replica.ledger, owners={},
                                writer=self.replica.writer)
-        self.sync = ReplicaSync(self.cfg, self.replica, self.telemetry, tick=self._tick, gil_free=self._gil_free)
-        self.sync.on_rebase = self._on_rebase
+        self._new_sync()
         self.sync.awaiting_rebase = True
         self.rebase_offset = None
         self.sync.connect(read_from=0)

@@ -22,10 +22,10 @@ import logging
 import queue
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from ..stream.batching import record_print
 from ..stream.consumer import ConnectionWatch
 from .rebase import Rebase, RebaseJoiner
 from .replication import Assembler, NewerFormat, UpdateRecord, decode, encode
@@ -50,7 +50,7 @@ class Fetched:
     newer: bool = False  # an update record of a newer wire format: not to be skipped (``NewerFormat``)
     reset: bool = False  # the log is not the one this replica's offsets refer to (``error`` says why)
     rebase: Rebase | None = None  # a whole rebase message (``rebase.py``) completes at ``offset``
-    crc: int = 0  # crc32 of the message's bytes: whether the log still holds this message (``last``)
+    crc: int = 0  # the message's fingerprint (``record_print``): whether the log still holds it (``last``)
 
 
 class UpdateReader:
@@ -66,7 +66,7 @@ class UpdateReader:
         # else the first one seen. Another id means the topic was deleted and created again.
         self.topic_id = topic_id
         self.reset: str | None = None  # why the log is not the one our offsets refer to (then it stops)
-        # (offset, crc32) of a message the replica had read (from its snapshot, then the last handed
+        # (offset, fingerprint) of a message the replica had read (from its snapshot, then the last handed
         # over): read again at start and after a lost broker connection, it must come back unchanged
         self.last = tuple(last) if last else None
         self._verify = self.last is not None
@@ -127,37 +127,33 @@ class UpdateReader:
                     consumer = self._try(self._connect)
                     if consumer is None:
                         continue
-                why = None
                 if self._verify:
                     done = self._try(lambda: self._same_last(consumer))
                     if done is None or not done[0]:
                         continue
-                    self._verify, why = False, done[1]
-                fetched = None if why else self._try(lambda: consumer.poll(timeout_ms=self._poll_ms, max_records=64))
-                if fetched is None and why is None:
+                    self._verify = False
+                    if done[1] is not None:
+                        return self._lost(done[1])
+                fetched = self._try(lambda: consumer.poll(timeout_ms=self._poll_ms, max_records=64))
+                if fetched is None:
                     if self.failures >= _RECREATE_AFTER:  # built again, from the next offset to hand over
                         _close(consumer)
                         consumer = None
                     continue
-                msgs = [] if why else fetched.get(self.tp, [])
-                if not why and self._conns.lost(getattr(consumer, "_client", None)) and self.last is not None:
+                msgs = fetched.get(self.tp, [])
+                if self.last is not None and self._conns.lost(getattr(consumer, "_client", None)):
                     self._verify = True  # the broker may have come back without its data: before these
                     consumer.seek(self.tp, self.position)
                     continue
-                why = why or self._not_our_log(consumer, msgs)
+                why = self._not_our_log(consumer, msgs)
                 if why is not None:
-                    self.reset = why
-                    log.error("update log: the log is not the one this replica's offsets refer to; "
-                              "nothing more is applied", extra={"offset": self.position, "why": why})
-                    self._put(Fetched(self.position, None, why, reset=True))
-                    self.checked.set()
-                    return
+                    return self._lost(why)
                 for msg in msgs:
-                    crc = zlib.crc32(msg.value or b"")
-                    if not self._put(replace(self._decode(msg), crc=crc)):
+                    fp = record_print(msg)
+                    if not self._put(replace(self._decode(msg), crc=fp)):
                         return
                     self.position = msg.offset + 1
-                    self.last = (msg.offset, crc)
+                    self.last = (msg.offset, fp)
                 hw = consumer.highwater(self.tp)
                 if hw is not None:
                     self.highwater = max(self.highwater, int(hw), self.position)
@@ -169,6 +165,14 @@ class UpdateReader:
         finally:
             if consumer is not None:
                 _close(consumer)
+
+    def _lost(self, why: str) -> None:
+        """The log is not the one our offsets refer to: say so, hand the loop a reset, stop reading."""
+        self.reset = why
+        log.error("update log: the log is not the one this replica's offsets refer to; nothing more is applied",
+                  extra={"offset": self.position, "why": why})
+        self._put(Fetched(self.position, None, why, reset=True))
+        self.checked.set()
 
     def _same_last(self, consumer) -> tuple[bool, str | None]:
         """Read the message at ``last`` again: (concluded, why the log is another one, or None).
@@ -187,7 +191,7 @@ class UpdateReader:
         if got:
             m = got[0]
             if m.offset == o:
-                same = zlib.crc32(m.value or b"") == crc
+                same = record_print(m) == crc
                 return True, None if same else f"the message at offset {o} has other contents than this replica read"
             if int(consumer.beginning_offsets([self.tp])[self.tp]) > o:
                 return True, None  # retention deleted it: nothing to compare
