@@ -7,7 +7,7 @@ import uuid
 
 import msgpack
 
-from streamtopics.stream.consumer import BatchingConsumer, group_view
+from streamtopics.stream.consumer import BatchingConsumer, group_view, stay_in_group_on_close
 
 from test_daemon import _produce  # noqa: E402 - tests/ is on sys.path
 
@@ -211,3 +211,51 @@ def test_a_client_that_cannot_be_rebuilt_is_retried_without_raising(broker, fres
         assert len(calls) == 3 and got == list(range(10))  # built again, resumed where its owner said
     finally:
         c.close()
+
+
+def _member(broker, topic: str, group: str) -> BatchingConsumer:
+    return BatchingConsumer(
+        {"bootstrap_servers": broker.bootstrap, "group_id": group, "session_timeout_ms": 2000,
+         "heartbeat_interval_ms": 500, "auto_offset_reset": "earliest", "enable_auto_commit": False,
+         "fetch_max_wait_ms": 50},
+        topic, max_docs=10, max_wait_ms=200, decode=lambda r: (msgpack.unpackb(r.value), 1))
+
+
+def _read_between(members, want: int, timeout_s: float) -> set:
+    got: set = set()
+    deadline = time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        for m in members:
+            b = m.next_batch(0.05)
+            if b is not None:
+                got.update(b.decoded)
+    return got
+
+
+def test_members_stopped_in_turn_and_restarted_into_their_group_get_its_partitions(broker, fresh_topic):
+    """tansu keeps a member that left during a rebalance as the group's leader, so a leader that
+    left right after a follower (a rolling stop) froze the group: the restarted members' every
+    SyncGroup was refused for a minute or more (42-78 refusals measured). The leader now closes
+    without LeaveGroup and is expired after a session timeout; a follower still leaves at once."""
+    topic = fresh_topic(partitions=2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    _produce(broker.bootstrap, topic, [msgpack.packb(i) for i in range(40)])
+    first = [_member(broker, topic, group), _member(broker, topic, group)]
+    try:
+        assert _read_between(first, 40, 60) == set(range(40))
+        leader = [m for m in first if group_view(m).get("leader")]
+        assert len(leader) == 1, [group_view(m) for m in first]
+        follower = first[1 - first.index(leader[0])]
+        assert not stay_in_group_on_close(follower._consumer)  # leaves: its partition is handed over now
+    finally:
+        follower.close()
+        leader[0].close()  # right after: the group is rebalancing (follower gone) as the leader stops
+    _produce(broker.bootstrap, topic, [msgpack.packb(i) for i in range(40, 80)])
+    again = [_member(broker, topic, group), _member(broker, topic, group)]
+    try:
+        # Before: no partition for over a minute. Now: a session timeout (2 s) plus two joins.
+        # (Nothing was committed, so both partitions are read from their beginning.)
+        assert _read_between(again, 80, 30) == set(range(80))
+    finally:
+        for m in again:
+            m.close()

@@ -50,7 +50,8 @@ from kafka.structs import OffsetAndMetadata
 
 from .batching import PartitionBuffers
 
-__all__ = ["BatchingConsumer", "ConnectionWatch", "JoinWatch", "RecordBatch", "heal_lost_join"]
+__all__ = ["BatchingConsumer", "ConnectionWatch", "JoinWatch", "RecordBatch", "heal_lost_join",
+           "stay_in_group_on_close"]
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +158,34 @@ class JoinWatch:
                   and self._last_poll - self._stable_since >= self._stable_for_s)
         return {"joining_s": round(self._joining_s, 1), "patience_s": self._patience_s, "abandoned": self.abandoned,
                 "stable": stable}
+
+
+def stay_in_group_on_close(consumer) -> bool:
+    """Have a closing group leader, or a member mid-join, skip its LeaveGroup; True when it will.
+
+    tansu (0.6.0, and its source to date) drops a member that leaves while the group is
+    rebalancing but keeps it as the group's leader: every later JoinGroup names the departed
+    member as leader, no live member computes the assignment, and each SyncGroup ends in
+    REBALANCE_IN_PROGRESS - measured, 42-78 refusals and 60 s to minutes without a partition for
+    replicas restarted into the group. A group leader cannot know that the group has started a
+    rebalance its heartbeat has not reported yet, and a member mid-join may just have been made
+    leader, so these two close without leaving: the broker expires them after one session
+    timeout, which also clears the leader (Apache Kafka does the same for static members). The
+    other members leave as before, handing their partitions over at once.
+    """
+    coord = getattr(consumer, "_coordinator", None)
+    try:
+        task = getattr(coord, "_join_task", None)
+        joining = bool(coord.need_rejoin()) or (task is not None and not task.is_done)
+        leading = bool(getattr(coord, "_is_leader", False))
+        if not (joining or leading) or not callable(getattr(coord, "maybe_leave_group", None)):
+            return False
+        coord.maybe_leave_group = lambda *args, **kwargs: coord.reset_generation()
+    except Exception:  # noqa: BLE001 - kafka-python internals changed: leave as it does
+        return False
+    log.info("closing the consumer without LeaveGroup (%s): the broker expires it after a session timeout",
+             "joining" if joining else "group leader")
+    return True
 
 
 def heal_lost_join(consumer) -> bool:
@@ -269,6 +298,7 @@ class BatchingConsumer:
         if c is None:
             return
         try:
+            stay_in_group_on_close(c)
             c.close(autocommit=False)
         except Exception as exc:  # noqa: BLE001
             log.warning("closing the consumer failed", extra={"error": repr(exc)})
@@ -295,8 +325,7 @@ class BatchingConsumer:
         return self._join_watch.patience_s
 
     def join_progress(self) -> dict:
-        """For /readyz: polled seconds of the current group join, the patience before the client
-        is rebuilt, and how many joins were abandoned so far."""
+        """For /readyz: the current join's polled seconds, the patience before a rebuild, joins abandoned."""
         return self._join_watch.progress()
 
     def _ensure_client(self) -> bool:
