@@ -270,7 +270,7 @@ class Daemon:
             # coverage of it ends (nothing covered -> its beginning): docs/scale-out.md, "Claims".
             key = f"{tp.topic}:{tp.partition}"
             self.replicas.claim(key, self.book.ledger.epoch(key))
-            return self.book.start_offset(tp.topic, tp.partition, self.session.topic_id(tp.topic), have_snapshot=False)
+            return self.book.start_offset(*tp, self.session.topic_id(tp.topic), have_snapshot=False, replicated=True)
         if self.book.in_batch is None and self.model is not None:
             # The model may be swapped only between batches.
             found = self.checkpoints.newer_of_lineage(int(self.model.state.docs_seen))

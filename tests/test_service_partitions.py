@@ -68,6 +68,25 @@ def test_log_reset_with_stale_metadata_does_not_relearn_the_new_log():
     assert book.ledger.epoch("docs:0") == 2
 
 
+def test_a_replica_moves_only_the_partition_it_claimed_to_a_new_epoch():
+    """Replica mode: the ledger is the replicated one. After a lost log, the topic's partition 2
+    is learned in the new topic (id "new") by another replica at epoch 0; this replica is then
+    assigned partition 0, whose learned offsets are the old topic's. Only partition 0 may move
+    to a new epoch here: a new epoch of partition 2 on this replica alone had it skip the other
+    replica's later records of it, which every other replica applied (the two-replica rebase
+    test's second replica stalled 8-75 documents short)."""
+    ledger = OffsetLedger()
+    ledger.learned("docs:0", 0, 400, topic_id="old")
+    ledger.learned("docs:2", 0, 50, topic_id="new")
+    book = _book(ledger)
+    assert book.start_offset("docs", 0, "new", have_snapshot=False, replicated=True) == 0
+    assert book.ledger.epoch("docs:0") == 1 and book.ledger.topic_id("docs:0") == "new"
+    assert book.ledger.epoch("docs:2") == 0 and book.ledger.ranges("docs:2") == [(0, 50)]
+    # judged by its own topic id: partition 2 of the new topic is not "recreated"
+    assert book.start_offset("docs", 2, "new", have_snapshot=False, replicated=True) == 50
+    assert book.ledger.epoch("docs:2") == 0
+
+
 def test_a_reread_of_the_same_log_is_skipped_and_a_new_log_learned():
     book = _book()
     first = _batch(range(0, 5))

@@ -67,9 +67,11 @@ class PartitionBook:
 
     # -- where to read ------------------------------------------------------------------
 
-    def start_offset(self, topic: str, partition: int, topic_id: str | None, have_snapshot: bool) -> int | None:
+    def start_offset(self, topic: str, partition: int, topic_id: str | None, have_snapshot: bool,
+                     replicated: bool = False) -> int | None:
         """Where a newly assigned partition resumes: an offset, 0 for its beginning, or None for
-        the group's committed offset. ``topic_id``: the client's id of the topic now."""
+        the group's committed offset. ``topic_id``: the client's id of the topic now.
+        ``replicated``: the ledger is a replica's (``topic_recreated``: this partition only)."""
         key = tp_key(topic, partition)
         if self.in_batch is not None:
             # Asked by the prefetch poll in the middle of a batch: that batch will be learned,
@@ -77,7 +79,8 @@ class PartitionBook:
             return self.in_batch.next if self.in_batch.key == key else self.ledger.position(key)
         if key in self.reread:
             return 0  # its log was found reset: from the beginning (the ledger skips what was learned)
-        if self.ledger.position(key) is not None and self.topic_recreated(topic, topic_id):
+        if self.ledger.position(key) is not None and self.topic_recreated(topic, topic_id,
+                                                                          key if replicated else None):
             return 0  # a new log: from its beginning (out of range on a trimmed log -> earliest)
         pos = self.ledger.position(key)
         if pos is None and (not have_snapshot or key in self.ledger.keys()):
@@ -104,18 +107,22 @@ class PartitionBook:
                 return self.ledger.topic_id(key)
         return None
 
-    def topic_recreated(self, topic: str, client_id: str | None) -> bool:
+    def topic_recreated(self, topic: str, client_id: str | None, key: str | None = None) -> bool:
         """The topic the saved offsets refer to was deleted and created again (another topic id):
-        its offsets mean nothing in the new log, even where they are in range. New epochs."""
-        saved = self.saved_topic_id(topic)
+        its offsets mean nothing in the new log, even where they are in range. New epochs.
+        ``key``: only that partition, judged by its own topic id (replica mode: the ledger is the
+        replicated one, and the topic's other partitions may be other replicas' to learn, in the
+        new log already; this replica has claimed only ``key``, and a new epoch of any other
+        partition here alone made it skip their records, which every other replica applies)."""
+        saved = (self.ledger.topic_id(key) if key is not None else None) or self.saved_topic_id(topic)
         now = self.current_topic_id(topic, client_id)
         if saved is None or now is None or saved == now:
             return False
         log.warning("topic was recreated since the model's offsets were saved (another topic id): "
                     "reading it from its beginning", extra={"topic": topic, "saved_topic_id": saved,
                                                             "topic_id": now})
-        for key in [k for k in self.ledger.keys() if k.rpartition(":")[0] == topic]:
-            self.ledger.new_epoch(key, now)
+        for k in [key] if key is not None else [k for k in self.ledger.keys() if k.rpartition(":")[0] == topic]:
+            self.ledger.new_epoch(k, now)
             self.telemetry.on_partition_reset()
         self._changed()
         return True
