@@ -256,6 +256,13 @@ def test_members_stopped_in_turn_and_restarted_into_their_group_get_its_partitio
         # Before: no partition for over a minute. Now: a session timeout (2 s) plus two joins.
         # (Nothing was committed, so both partitions are read from their beginning.)
         assert _read_between(again, 80, 30) == set(range(80))
+        # Alone in its group (as a single daemon is), the leader leaves as before: no restart delay.
+        again.pop().close()
+        deadline = time.monotonic() + 30
+        while len(again[0].assignment()) < 2 and time.monotonic() < deadline:
+            again[0].next_batch(0.05)
+        assert len(again[0].assignment()) == 2 and group_view(again[0]).get("leader")
+        assert not stay_in_group_on_close(again[0]._consumer)
     finally:
         for m in again:
             m.close()

@@ -171,13 +171,15 @@ def stay_in_group_on_close(consumer) -> bool:
     rebalance its heartbeat has not reported yet, and a member mid-join may just have been made
     leader, so these two close without leaving: the broker expires them after one session
     timeout, which also clears the leader (Apache Kafka does the same for static members). The
-    other members leave as before, handing their partitions over at once.
+    other members leave as before, handing their partitions over at once, and so does a leader
+    that owns every partition of its topics (alone in its group, as a single daemon is: no
+    other member's leave can have started a rebalance, and its restart is not delayed).
     """
     coord = getattr(consumer, "_coordinator", None)
     try:
         task = getattr(coord, "_join_task", None)
         joining = bool(coord.need_rejoin()) or (task is not None and not task.is_done)
-        leading = bool(getattr(coord, "_is_leader", False))
+        leading = bool(getattr(coord, "_is_leader", False)) and not _owns_every_partition(consumer)
         if not (joining or leading) or not callable(getattr(coord, "maybe_leave_group", None)):
             return False
         coord.maybe_leave_group = lambda *args, **kwargs: coord.reset_generation()
@@ -186,6 +188,19 @@ def stay_in_group_on_close(consumer) -> bool:
     log.info("closing the consumer without LeaveGroup (%s): the broker expires it after a session timeout",
              "joining" if joining else "group leader")
     return True
+
+
+def _owns_every_partition(consumer) -> bool:
+    """Whether the member is assigned every partition of the topics it subscribes to (as its
+    client's metadata lists them; never blocks)."""
+    try:
+        mine = consumer.assignment()
+        topics = {tp.topic for tp in mine} | set(consumer.subscription() or ())
+        cluster = consumer._client.cluster
+        every = {(t, p) for t in topics for p in (cluster.partitions_for_topic(t) or ())}
+        return bool(every) and every <= {(tp.topic, tp.partition) for tp in mine}
+    except Exception:  # noqa: BLE001 - no metadata: not known to be alone
+        return False
 
 
 def heal_lost_join(consumer) -> bool:
