@@ -107,6 +107,7 @@ class Daemon:
         self.replicas = ReplicaMode(cfg, self.telemetry, self.checkpoints, tick=self._tick, gil_free=self._gil_free,
                                     stopping=self._stop.is_set) \
             if cfg.replication.enabled else None
+        self.book.through_log = None if self.replicas is None else self.replicas.renew_epoch
         self.processor = BatchProcessor(point=self.hooks.point, gil_free=self._set_gil_free,
                                         prefetch=lambda: self.session.consumer.prefetch(),
                                         compute=None if self.replicas is None else lambda tokens, labels:
@@ -268,9 +269,8 @@ class Daemon:
         if self.sync is not None:
             # Replica mode: claim the partition in the update log, then resume where the log's
             # coverage of it ends (nothing covered -> its beginning): docs/scale-out.md, "Claims".
-            key = f"{tp.topic}:{tp.partition}"
-            self.replicas.claim(key, self.book.ledger.epoch(key))
-            return self.book.start_offset(*tp, self.session.topic_id(tp.topic), have_snapshot=False, replicated=True)
+            self.replicas.claim(*self.book.claim_epoch(*tp, self.session.topic_id(tp.topic)))
+            return self.book.start_offset(*tp, self.session.topic_id(tp.topic), have_snapshot=False)
         if self.book.in_batch is None and self.model is not None:
             # The model may be swapped only between batches.
             found = self.checkpoints.newer_of_lineage(int(self.model.state.docs_seen))

@@ -309,6 +309,34 @@ def test_a_claim_fences_the_zombie_that_lost_its_partition(corpus):
     assert all(r.fenced == 2 and r.model.state.docs_seen == 164 for r in replicas)
 
 
+def test_a_claim_in_a_new_epoch_moves_every_replica_to_the_new_log_and_its_owners_records_count(corpus):
+    """The topic of partition 0 was created again: its new owner claims it in the next epoch with
+    the topic's new id. Applying the claim moves every replica's ledger alike (the old log's
+    offsets no longer cover anything); the owner's batches of the new log, at offsets the old log
+    had learned, are learned once everywhere, and the replicas stay identical, ledgers included."""
+    train, _ = corpus
+    a, b = Replica(_model(), writer="a"), Replica(_model(), writer="b")
+    log: list[list[bytes]] = []
+
+    def publish(rec):
+        log.append(encode(rec))
+        for r in (a, b):
+            _apply_upto(r, log, len(log))
+
+    publish(a.claim("docs", 0, 0, "old"))
+    assert a.ledger.topic_id("docs:0") == b.ledger.topic_id("docs:0") == "old"  # known from the first claim
+    publish(a.compute(train[:64], Source("docs", 0, 0, 64, 0, "old"))[0])
+    publish(b.claim("docs", 0, 1, "new"))
+    for r in (a, b):
+        assert r.ledger.epoch("docs:0") == 1 and r.ledger.topic_id("docs:0") == "new"
+        assert r.ledger.position("docs:0") is None  # the new log is read from its beginning
+    publish(b.compute(train[64:128], Source("docs", 0, 0, 64, 1, "new"))[0])
+    for r in (a, b):
+        assert r.model.state.docs_seen == 128 and r.skipped == 0 and r.ledger.ranges("docs:0") == [(0, 64)]
+    assert digest(a.model) == digest(b.model)
+    assert a.ledger.to_dict() == b.ledger.to_dict()
+
+
 def test_a_record_the_classifier_cannot_learn_is_skipped_alike_everywhere(labelled):
     """A label cap (on_overflow="error") reached by another replica's record after this one was
     computed: applying would raise on every replica and block the log. It is skipped instead,

@@ -68,23 +68,56 @@ def test_log_reset_with_stale_metadata_does_not_relearn_the_new_log():
     assert book.ledger.epoch("docs:0") == 2
 
 
-def test_a_replica_moves_only_the_partition_it_claimed_to_a_new_epoch():
-    """Replica mode: the ledger is the replicated one. After a lost log, the topic's partition 2
-    is learned in the new topic (id "new") by another replica at epoch 0; this replica is then
-    assigned partition 0, whose learned offsets are the old topic's. Only partition 0 may move
-    to a new epoch here: a new epoch of partition 2 on this replica alone had it skip the other
-    replica's later records of it, which every other replica applied (the two-replica rebase
-    test's second replica stalled 8-75 documents short)."""
+def test_a_replica_claims_a_recreated_partition_in_a_new_epoch_and_changes_no_ledger_itself():
+    """Replica mode: the ledger is the replicated one and changes only by applying the log. After
+    a lost log, partition 2 of the recreated topic (id "new") was learned by another replica at
+    epoch 0; this replica is then assigned partition 0, whose learned offsets are the old topic's.
+    Only partition 0 is claimed in a new epoch, and nothing moves here: applying the claim does
+    that on every replica. (Moving every partition of the topic here alone had this replica skip
+    the other's later records of partition 2, which every other replica applied: the two-replica
+    rebase test's second replica stalled 8-75 documents short.)"""
     ledger = OffsetLedger()
     ledger.learned("docs:0", 0, 400, topic_id="old")
     ledger.learned("docs:2", 0, 50, topic_id="new")
     book = _book(ledger)
-    assert book.start_offset("docs", 0, "new", have_snapshot=False, replicated=True) == 0
-    assert book.ledger.epoch("docs:0") == 1 and book.ledger.topic_id("docs:0") == "new"
-    assert book.ledger.epoch("docs:2") == 0 and book.ledger.ranges("docs:2") == [(0, 50)]
-    # judged by its own topic id: partition 2 of the new topic is not "recreated"
-    assert book.start_offset("docs", 2, "new", have_snapshot=False, replicated=True) == 50
-    assert book.ledger.epoch("docs:2") == 0
+    book.through_log = lambda key, epoch, topic_id: True
+    assert book.claim_epoch("docs", 0, "new") == ("docs:0", 1, "new")
+    assert book.claim_epoch("docs", 2, "new") == ("docs:2", 0, "new")  # judged by its own topic id
+    assert book.claim_epoch("docs", 5, "new") == ("docs:5", 0, "new")  # never learned
+    assert book.start_offset("docs", 0, "new", have_snapshot=False) == 0  # another log: from its beginning
+    assert book.start_offset("docs", 2, "new", have_snapshot=False) == 50
+    assert ledger.epochs() == {} and ledger.ranges("docs:0") == [(0, 400)] and ledger.ranges("docs:2") == [(0, 50)]
+
+
+def test_a_replica_moves_an_owned_partition_to_a_new_log_through_the_update_log():
+    """Replica mode, mid-ownership: a batch of offsets already learned comes from another log
+    (another topic id). The book asks for the new epoch through the log (a claim) instead of
+    starting it in its own ledger, which would make this replica skip its own records of the old
+    log that are published but not yet applied here, while every other replica applies them."""
+    ledger = OffsetLedger()
+    ledger.learned("docs:0", 0, 10, topic_id="old")
+    book = _book(ledger)
+    asked = []
+
+    def through_log(key, epoch, topic_id):  # the claim, applied from the log, moves the ledger
+        asked.append((key, epoch, topic_id))
+        ledger.new_epoch(key, topic_id)
+        return True
+
+    book.through_log = through_log
+    same = book.admit(_batch(range(10, 15)), "old")  # the same log, new offsets: nothing asked
+    assert same is not None and not asked
+    rb = book.admit(_batch(range(0, 5), tag=b"x"), "newer")
+    assert asked == [("docs:0", 1, "newer")] and rb is not None and len(rb.records) == 5
+    assert ledger.epoch("docs:0") == 1
+    # When the claim does not get through (stopping, or another replica owns it now), the batch
+    # is not admitted and the ledger is left as it is.
+    ledger2 = OffsetLedger()
+    ledger2.learned("docs:0", 0, 10, topic_id="old")
+    book2 = _book(ledger2)
+    book2.through_log = lambda key, epoch, topic_id: False
+    assert book2.admit(_batch(range(0, 5), tag=b"x"), "newer") is None
+    assert ledger2.epoch("docs:0") == 0 and ledger2.ranges("docs:0") == [(0, 10)]
 
 
 def test_a_reread_of_the_same_log_is_skipped_and_a_new_log_learned():

@@ -178,7 +178,7 @@ class OffsetLedger:
         p = self._part(key)
         out = Admission([True] * len(offsets))
         covered = [p.epoch.covers(o) for o in offsets]
-        if any(covered) and self._is_new_log(p, offsets, prints, covered, topic_id):
+        if self.starts_epoch(key, offsets, prints, topic_id):
             self.new_epoch(key, topic_id)
             out.new_epoch = True
             covered = [False] * len(offsets)
@@ -194,6 +194,15 @@ class OffsetLedger:
             out.keep[i] = False
             out.skipped[reason] = out.skipped.get(reason, 0) + 1
         return out
+
+    def starts_epoch(self, key: str, offsets: Sequence[int], prints: Sequence[int] | None = None,
+                     topic_id: str | None = None) -> bool:
+        """Whether ``admit`` would start a new epoch for this batch (changes nothing)."""
+        p = self._parts.get(key)
+        if p is None:
+            return False
+        covered = [p.epoch.covers(o) for o in offsets]
+        return any(covered) and self._is_new_log(p, offsets, prints, covered, topic_id)
 
     @staticmethod
     def _is_new_log(p: _Partition, offsets, prints, covered, topic_id) -> bool:

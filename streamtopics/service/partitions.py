@@ -59,6 +59,9 @@ class PartitionBook:
         self.left_topic_ids: dict[str, str] = {}  # ids of logs found reset behind us (never recorded again)
         self.in_batch: Span | None = None  # the batch being learned (None: between batches)
         self.assigned: list[tuple[str, int]] = []
+        # Replica mode: ``through_log(key, epoch, topic_id) -> bool`` moves a partition to a new
+        # epoch through the update log (a claim); the ledger is never changed here then.
+        self.through_log: Callable[[str, int, str | None], bool] | None = None
 
     def adopt(self, ledger: OffsetLedger) -> None:
         """A loaded snapshot's ledger replaces ours."""
@@ -67,11 +70,9 @@ class PartitionBook:
 
     # -- where to read ------------------------------------------------------------------
 
-    def start_offset(self, topic: str, partition: int, topic_id: str | None, have_snapshot: bool,
-                     replicated: bool = False) -> int | None:
+    def start_offset(self, topic: str, partition: int, topic_id: str | None, have_snapshot: bool) -> int | None:
         """Where a newly assigned partition resumes: an offset, 0 for its beginning, or None for
-        the group's committed offset. ``topic_id``: the client's id of the topic now.
-        ``replicated``: the ledger is a replica's (``topic_recreated``: this partition only)."""
+        the group's committed offset. ``topic_id``: the client's id of the topic now."""
         key = tp_key(topic, partition)
         if self.in_batch is not None:
             # Asked by the prefetch poll in the middle of a batch: that batch will be learned,
@@ -79,8 +80,9 @@ class PartitionBook:
             return self.in_batch.next if self.in_batch.key == key else self.ledger.position(key)
         if key in self.reread:
             return 0  # its log was found reset: from the beginning (the ledger skips what was learned)
-        if self.ledger.position(key) is not None and self.topic_recreated(topic, topic_id,
-                                                                          key if replicated else None):
+        if self.ledger.position(key) is not None and (
+                self.topic_recreated(topic, topic_id) if self.through_log is None
+                else self.another_log(topic, key, self.current_topic_id(topic, topic_id))):
             return 0  # a new log: from its beginning (out of range on a trimmed log -> earliest)
         pos = self.ledger.position(key)
         if pos is None and (not have_snapshot or key in self.ledger.keys()):
@@ -107,25 +109,46 @@ class PartitionBook:
                 return self.ledger.topic_id(key)
         return None
 
-    def topic_recreated(self, topic: str, client_id: str | None, key: str | None = None) -> bool:
+    def topic_recreated(self, topic: str, client_id: str | None) -> bool:
         """The topic the saved offsets refer to was deleted and created again (another topic id):
-        its offsets mean nothing in the new log, even where they are in range. New epochs.
-        ``key``: only that partition, judged by its own topic id (replica mode: the ledger is the
-        replicated one, and the topic's other partitions may be other replicas' to learn, in the
-        new log already; this replica has claimed only ``key``, and a new epoch of any other
-        partition here alone made it skip their records, which every other replica applies)."""
-        saved = (self.ledger.topic_id(key) if key is not None else None) or self.saved_topic_id(topic)
+        its offsets mean nothing in the new log, even where they are in range. New epochs."""
+        saved = self.saved_topic_id(topic)
         now = self.current_topic_id(topic, client_id)
         if saved is None or now is None or saved == now:
             return False
         log.warning("topic was recreated since the model's offsets were saved (another topic id): "
                     "reading it from its beginning", extra={"topic": topic, "saved_topic_id": saved,
                                                             "topic_id": now})
-        for k in [key] if key is not None else [k for k in self.ledger.keys() if k.rpartition(":")[0] == topic]:
-            self.ledger.new_epoch(k, now)
+        for key in [k for k in self.ledger.keys() if k.rpartition(":")[0] == topic]:
+            self.ledger.new_epoch(key, now)
             self.telemetry.on_partition_reset()
         self._changed()
         return True
+
+    # -- replica mode: the ledger is the replicated one and changes only through the log ----
+
+    def another_log(self, topic: str, key: str, now: str | None) -> bool:
+        """Whether ``now`` (the topic's id now) names another log than the one the learned offsets
+        of ``key`` refer to: its epoch's own topic id, else the topic's."""
+        saved = self.ledger.topic_id(key) or self.saved_topic_id(topic)
+        return saved is not None and now is not None and saved != now
+
+    def claim_epoch(self, topic: str, partition: int, client_id: str | None) -> tuple[str, int, str | None]:
+        """Replica mode: the claim of a newly assigned partition: its key, the epoch to claim it in,
+        and the topic's id now.
+        A partition whose topic was created again is claimed in a new epoch: applying the claim
+        moves every replica's ledger, in log order (a move made here alone made this replica skip
+        records every other replica applied: docs/scale-out.md, "When the update log is lost")."""
+        key = tp_key(topic, partition)
+        now = self.current_topic_id(topic, client_id)
+        epoch = self.ledger.epoch(key)
+        if self.ledger.position(key) is None or not self.another_log(topic, key, now):
+            return key, epoch, now
+        log.warning("topic was recreated since the model learned this partition (another topic id): "
+                    "claiming it in a new epoch", extra={"partition": key, "saved_topic_id": self.ledger.topic_id(key),
+                                                         "topic_id": now, "epoch": epoch + 1})
+        self.telemetry.on_partition_reset()
+        return key, epoch + 1, now
 
     def record_topic_id(self, key: str, topic: str, client_id: str | None) -> None:
         """Remember which log (topic id) the offsets of ``key`` refer to, after learning from it."""
@@ -186,7 +209,13 @@ class PartitionBook:
         self.reread.discard(key)
         offsets = [r.offset for r in rb.records]
         prints = [fingerprint(r.value, r.timestamp) for r in rb.records]
-        adm = self.ledger.admit(key, offsets, prints, topic_id=self.current_topic_id(rb.topic, topic_id))
+        now = self.current_topic_id(rb.topic, topic_id)
+        if self.through_log is not None and self.ledger.starts_epoch(key, offsets, prints, now):
+            # Replica mode: a new log of an owned partition, moved to its new epoch through the log
+            # (after this replica's own records of the old one: the claim applies the log through it).
+            if not self.through_log(key, self.ledger.epoch(key) + 1, now):
+                return None  # stopping (read again after the restart), or another replica owns it now
+        adm = self.ledger.admit(key, offsets, prints, topic_id=now)
         if adm.new_epoch:
             self._changed()
             log.warning("records at offsets already learned have other contents: a new log; new epoch",

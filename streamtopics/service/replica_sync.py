@@ -379,6 +379,7 @@ class ReplicaMode:
         self._untopical_sent = False  # a batch record computed while the model had no topics
         self.rebase_offset: int | None = None  # the offset of the rebase this log's model descends from
         self._starting = False  # joining: a rebase met now is adopted (later, the daemon stops for it)
+        self._claiming: dict[str, tuple[int, str | None]] = {}  # claims not through yet: epoch, topic id
 
     def fetch_snapshot(self, store) -> None:
         """Start-up with an empty snapshot directory: the newest snapshot shipped to Kafka, if any."""
@@ -479,7 +480,8 @@ class ReplicaMode:
             # The claim at assignment did not get through. (A claim of ours that another replica's
             # later claim superseded is not renewed here: this replica is then the zombie, and
             # every replica skips its records until it is assigned the partition again.)
-            self.claim(span.key, ledger.epoch(span.key), timeout_s=None)
+            epoch, topic_id = self._claiming.get(span.key, (0, None))  # the epoch its assignment wanted
+            self.claim(span.key, max(epoch, ledger.epoch(span.key)), topic_id, timeout_s=None)
         self.telemetry.on_update_unlearned(self.replica.unlearned)
         model = self.replica.model
         self.predicted_at = self.replica.offset
@@ -545,19 +547,23 @@ class ReplicaMode:
                  "no topics from the update log yet; computing on", extra={
                      "waited_s": round(time.monotonic() - t0, 3), "update_offset": self.replica.offset})
 
-    def claim(self, key: str, epoch: int, timeout_s: float | None = 30.0) -> bool:
+    def claim(self, key: str, epoch: int, topic_id: str | None = None, timeout_s: float | None = 30.0) -> bool:
         """Own the input partition ``key`` in the log: publish a claim and apply the log through
         it, so the partition resumes where the learned ranges end and no earlier owner's record
-        can follow (every replica skips records computed under an older claim). Retried until
-        ``timeout_s`` (None: until it succeeds; the loop's heartbeat keeps the group session).
-        False when it did not get through in time, or another replica claimed the partition after."""
+        can follow (every replica skips records computed under an older claim). A claim in a
+        later ``epoch`` (a new log of the partition; ``topic_id``: the topic's now) moves every
+        replica's ledger there. Retried until ``timeout_s`` (None: until it succeeds; the loop's
+        heartbeat keeps the group session). False when it did not get through in time, or another
+        replica claimed the partition after."""
         topic, _, partition = key.rpartition(":")
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._claiming[key] = (epoch, topic_id)
         while True:
             try:
-                self.sync.publish(self.replica.claim(topic, int(partition), epoch))
+                self.sync.publish(self.replica.claim(topic, int(partition), epoch, topic_id))
                 self.sync.flush()
                 self.sync.catch_up()  # the log's end includes the claim now (flush waited for its ack)
+                self._claiming.pop(key, None)
                 if self.replica.claimed(key):
                     log.info("claimed an input partition in the update log", extra={
                         "partition": key, "claim_offset": self.replica.claims[key], "replica": self.replica_id,
@@ -578,6 +584,17 @@ class ReplicaMode:
                                                                                     "error": repr(exc)})
                 self._tick()
                 time.sleep(1.0)
+
+    def renew_epoch(self, key: str, epoch: int, topic_id: str | None) -> bool:
+        """An owned partition's log turned out to be another (``PartitionBook.through_log``): claim
+        it again in ``epoch``, until it gets through. False when another replica owns it now, or
+        the daemon is stopping (the batch is then read again after the restart)."""
+        try:
+            return self.claim(key, epoch, topic_id, timeout_s=None)
+        except UpdateLogUnusable:
+            raise
+        except StepInterrupted:
+            return False
 
     @contextlib.contextmanager
     def _kernels(self):

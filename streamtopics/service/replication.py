@@ -556,11 +556,12 @@ class Replica:
         return [sorted(t) if isinstance(t, (set, frozenset)) else list(t) if isinstance(t, tuple) else t
                 for t in labels]
 
-    def claim(self, topic: str, partition: int, epoch: int) -> UpdateRecord:
+    def claim(self, topic: str, partition: int, epoch: int, topic_id: str | None = None) -> UpdateRecord:
         """The claim record this replica publishes when it is assigned ``topic``:``partition``
-        (it computes nothing for the partition until the claim is applied: ``claimed``)."""
-        return UpdateRecord(source=Source(topic, int(partition), 0, 0, int(epoch)), base=self.offset, kind="claim",
-                            writer=self.writer)
+        (it computes nothing for the partition until the claim is applied: ``claimed``). A claim
+        in a later epoch moves every replica's ledger to it, with ``topic_id`` (the topic's now)."""
+        return UpdateRecord(source=Source(topic, int(partition), 0, 0, int(epoch), topic_id), base=self.offset,
+                            kind="claim", writer=self.writer)
 
     def claimed(self, key: str) -> bool:
         """Whether this incarnation's latest claim of ``key`` has been applied and still stands."""
@@ -575,9 +576,11 @@ class Replica:
         self.offset = offset + 1
         src = rec.source
         key = src.key
-        while self.ledger.epoch(key) < src.epoch:
-            self.ledger.new_epoch(key)
+        while self.ledger.epoch(key) < src.epoch:  # a new log of the partition: its topic id, if known
+            self.ledger.new_epoch(key, src.topic_id if self.ledger.epoch(key) + 1 == src.epoch else None)
         if rec.kind == "claim":
+            if src.topic_id is not None and self.ledger.topic_id(key) is None and self.ledger.epoch(key) == src.epoch:
+                self.ledger.set_topic_id(key, src.topic_id)  # which log its offsets refer to, from the start
             self.owners[key] = offset
             if rec.writer == self.writer:
                 self.claims[key] = offset
