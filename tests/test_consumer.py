@@ -235,8 +235,9 @@ def _read_between(members, want: int, timeout_s: float) -> set:
 def test_members_stopped_in_turn_and_restarted_into_their_group_get_its_partitions(broker, fresh_topic):
     """tansu keeps a member that left during a rebalance as the group's leader, so a leader that
     left right after a follower (a rolling stop) froze the group: the restarted members' every
-    SyncGroup was refused for a minute or more (42-78 refusals measured). The leader now closes
-    without LeaveGroup and is expired after a session timeout; a follower still leaves at once."""
+    SyncGroup was refused for a minute or more (42-78 refusals measured). A leader whose group is
+    rebalancing now closes without LeaveGroup and is expired after a session timeout; a follower,
+    and a leader of a stable group, still leave at once."""
     topic = fresh_topic(partitions=2)
     group = f"g-{uuid.uuid4().hex[:8]}"
     _produce(broker.bootstrap, topic, [msgpack.packb(i) for i in range(40)])
@@ -247,6 +248,8 @@ def test_members_stopped_in_turn_and_restarted_into_their_group_get_its_partitio
         assert len(leader) == 1, [group_view(m) for m in first]
         follower = first[1 - first.index(leader[0])]
         assert not stay_in_group_on_close(follower._consumer)  # leaves: its partition is handed over now
+        # the leader of a stable group would leave at once too (its next heartbeat finds it stable)
+        assert not stay_in_group_on_close(leader[0]._consumer)
     finally:
         follower.close()
         leader[0].close()  # right after: the group is rebalancing (follower gone) as the leader stops

@@ -161,19 +161,20 @@ class JoinWatch:
 
 
 def stay_in_group_on_close(consumer) -> bool:
-    """Have a closing group leader, or a member mid-join, skip its LeaveGroup; True when it will.
+    """Have a closing member skip its LeaveGroup when leaving could freeze its group; True when it will.
 
     tansu (0.6.0, and its source to date) drops a member that leaves while the group is
     rebalancing but keeps it as the group's leader: every later JoinGroup names the departed
     member as leader, no live member computes the assignment, and each SyncGroup ends in
     REBALANCE_IN_PROGRESS - measured, 42-78 refusals and 60 s to minutes without a partition for
-    replicas restarted into the group. A group leader cannot know that the group has started a
-    rebalance its heartbeat has not reported yet, and a member mid-join may just have been made
-    leader, so these two close without leaving: the broker expires them after one session
-    timeout, which also clears the leader (Apache Kafka does the same for static members). The
-    other members leave as before, handing their partitions over at once, and so does a leader
-    that owns every partition of its topics (alone in its group, as a single daemon is: no
-    other member's leave can have started a rebalance, and its restart is not delayed).
+    replicas restarted into the group. So a member mid-join (it may just have been made leader),
+    and a group leader whose next heartbeat finds the group rebalancing (or does not come), close
+    without leaving: the broker expires them after one session timeout, which also clears the
+    leader (Apache Kafka does the same for static members). A leader waits for that heartbeat (at
+    most one heartbeat interval): leaving a stable group hands its partitions over at once, where a
+    member left to expire holds every partition of the group still for a session timeout at the
+    next rebalance. Followers leave as before, and so does a leader that owns every partition of
+    its topics (alone in its group, as a single daemon is: no other member can start a rebalance).
     """
     coord = getattr(consumer, "_coordinator", None)
     try:
@@ -182,12 +183,28 @@ def stay_in_group_on_close(consumer) -> bool:
         leading = bool(getattr(coord, "_is_leader", False)) and not _owns_every_partition(consumer)
         if not (joining or leading) or not callable(getattr(coord, "maybe_leave_group", None)):
             return False
+        if not joining and _stable_at_next_heartbeat(coord):
+            return False
         coord.maybe_leave_group = lambda *args, **kwargs: coord.reset_generation()
     except Exception:  # noqa: BLE001 - kafka-python internals changed: leave as it does
         return False
     log.info("closing the consumer without LeaveGroup (%s): the broker expires it after a session timeout",
-             "joining" if joining else "group leader")
+             "joining" if joining else "group leader, group rebalancing")
     return True
+
+
+def _stable_at_next_heartbeat(coord) -> bool:
+    """Whether a heartbeat sent from now on is answered with the group not rebalancing (kafka-python
+    asks to rejoin when it is). Waits for the member's heartbeat thread: at most one heartbeat
+    interval and a second; False when none is answered by then."""
+    hb = coord.heartbeat
+    since = time.monotonic()
+    deadline = since + float(coord.config.get("heartbeat_interval_ms", 3000)) / 1000.0 + 1.0
+    while time.monotonic() < deadline:
+        if hb.last_send >= since and hb.last_receive >= hb.last_send:
+            return not coord.need_rejoin()
+        time.sleep(0.01)
+    return False
 
 
 def _owns_every_partition(consumer) -> bool:
