@@ -178,7 +178,7 @@ class OffsetLedger:
         p = self._part(key)
         out = Admission([True] * len(offsets))
         covered = [p.epoch.covers(o) for o in offsets]
-        if self.starts_epoch(key, offsets, prints, topic_id):
+        if any(covered) and self._is_new_log(p, offsets, prints, covered, topic_id):
             self.new_epoch(key, topic_id)
             out.new_epoch = True
             covered = [False] * len(offsets)

@@ -112,26 +112,25 @@ class PartitionBook:
     def topic_recreated(self, topic: str, client_id: str | None) -> bool:
         """The topic the saved offsets refer to was deleted and created again (another topic id):
         its offsets mean nothing in the new log, even where they are in range. New epochs."""
-        saved = self.saved_topic_id(topic)
         now = self.current_topic_id(topic, client_id)
-        if saved is None or now is None or saved == now:
+        if not self.another_log(topic, None, now):
             return False
-        log.warning("topic was recreated since the model's offsets were saved (another topic id): "
-                    "reading it from its beginning", extra={"topic": topic, "saved_topic_id": saved,
-                                                            "topic_id": now})
+        log.warning("topic was recreated since the model's offsets were saved (another topic id): reading it "
+                    "from its beginning", extra={"topic": topic, "saved_topic_id": self.saved_topic_id(topic),
+                                                 "topic_id": now})
         for key in [k for k in self.ledger.keys() if k.rpartition(":")[0] == topic]:
             self.ledger.new_epoch(key, now)
             self.telemetry.on_partition_reset()
         self._changed()
         return True
 
-    # -- replica mode: the ledger is the replicated one and changes only through the log ----
-
-    def another_log(self, topic: str, key: str, now: str | None) -> bool:
+    def another_log(self, topic: str, key: str | None, now: str | None) -> bool:
         """Whether ``now`` (the topic's id now) names another log than the one the learned offsets
-        of ``key`` refer to: its epoch's own topic id, else the topic's."""
-        saved = self.ledger.topic_id(key) or self.saved_topic_id(topic)
+        of ``key`` refer to: its epoch's own topic id, else the topic's (``key`` None: the topic's)."""
+        saved = (self.ledger.topic_id(key) if key is not None else None) or self.saved_topic_id(topic)
         return saved is not None and now is not None and saved != now
+
+    # -- replica mode: the ledger is the replicated one and changes only through the log ----
 
     def claim_epoch(self, topic: str, partition: int, client_id: str | None) -> tuple[str, int, str | None]:
         """Replica mode: the claim of a newly assigned partition: its key, the epoch to claim it in,

@@ -120,9 +120,8 @@ class JoinWatch:
     def observe(self, coord, now: float) -> float | None:
         """After a poll of the client whose coordinator is ``coord``: the seconds spent joining
         when the join is given up now, else None."""
-        task = getattr(coord, "_join_task", None)
         try:
-            joining = bool(coord.need_rejoin()) or (task is not None and not task.is_done)
+            joining = _joining(coord)
             reachable = coord.coordinator_id is not None
         except Exception:  # noqa: BLE001 - kafka-python internals changed: nothing to watch
             return None
@@ -160,6 +159,13 @@ class JoinWatch:
                 "stable": stable}
 
 
+def _joining(coord) -> bool:
+    """Whether the member behind kafka-python's coordinator ``coord`` is in a group join: a rejoin
+    is due, or its JoinGroup/SyncGroup task is still in flight."""
+    task = getattr(coord, "_join_task", None)
+    return bool(coord.need_rejoin()) or (task is not None and not task.is_done)
+
+
 def stay_in_group_on_close(consumer) -> bool:
     """Have a closing member skip its LeaveGroup when leaving could freeze its group; True when it will.
 
@@ -178,8 +184,7 @@ def stay_in_group_on_close(consumer) -> bool:
     """
     coord = getattr(consumer, "_coordinator", None)
     try:
-        task = getattr(coord, "_join_task", None)
-        joining = bool(coord.need_rejoin()) or (task is not None and not task.is_done)
+        joining = _joining(coord)
         leading = bool(getattr(coord, "_is_leader", False)) and not _owns_every_partition(consumer)
         if not (joining or leading) or not callable(getattr(coord, "maybe_leave_group", None)):
             return False
