@@ -306,10 +306,10 @@ class Daemon:
         self.telemetry.on_batch_started()
         t_start, now, span = time.perf_counter(), time.time(), Span.of(rb)
         self.session.recheck_topics()  # after a log reset: the output topics exist before we publish
-        rb = self.book.admit(rb, self.session.topic_id(rb.topic))
+        rb = self.book.admit(rb, client_tid := self.session.topic_id(rb.topic))
         if rb is None:  # nothing new in it (or the partition is quarantined)
             return self._collect()
-        self.book.in_batch = span
+        self.book.in_batch = span = span.read_from(self.book.current_topic_id(rb.topic, client_tid))
         self.hooks.point("batch_received")
         try:
             batch_key = self.book.batch_key(rb.topic, rb.partition, rb.first_offset)
@@ -321,12 +321,12 @@ class Daemon:
                 log.info("batch left for the restart", extra={"reason": str(exc), "first_offset": rb.first_offset})
                 return self._collect()
             self.hooks.point("learned")
-            # Model and offsets move together, in memory, before anything else can happen (unless
-            # the log was found reset during the batch: its old offsets mean nothing any more).
+            # Model and offsets move together, in memory, before anything else can happen (unless the log
+            # was found reset during the batch). A replica's ledger moves by the log: records carry the topic id.
             if self.replicas is not None:
                 out.version = self.replicas.predicted_at  # predictions name the update offset they were made at
-            if self.book.learned(self.book.in_batch) if self.replicas is None else span.key:  # their log's topic id
-                self.book.record_topic_id(span.key, rb.topic, self.session.topic_id(rb.topic))
+            elif self.book.learned(self.book.in_batch):
+                self.book.record_topic_id(span.key, rb.topic, client_tid)
         finally:
             self.book.in_batch = None
         self.checkpoints.dirty = True

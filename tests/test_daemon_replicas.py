@@ -67,6 +67,10 @@ def test_two_replicas_learn_one_model_exactly_once(broker, fresh_topic, tmp_path
         assert set(a.replica.owners) == keys and a.replica.owners == b.replica.owners
         assert {k for k in keys if a.replica.claimed(k)} | {k for k in keys if b.replica.claimed(k)} == keys
         assert a.replica.fenced == b.replica.fenced == 0
+        # one replicated ledger: the same ranges, epochs and topic ids on both, each partition's log
+        # id known from the records (no replica writes it on its own)
+        assert a.replica.ledger.to_dict() == b.replica.ledger.to_dict()
+        assert all(a.replica.ledger.topic_id(k) == a.session.topic_id(topics["input"]) is not None for k in keys)
         published = a.sync.published + b.sync.published
         assert a.sync.published > 0 and b.sync.published > 0  # both computed batches
         assert a.replica.applied + a.replica.skipped <= published

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .ledger import OffsetLedger, fingerprint
 
@@ -28,19 +28,25 @@ def tp_key(topic: str, partition: int) -> str:
 @dataclass(frozen=True)
 class Span:
     """The offsets a batch covers once learned (records skipped as already learned are inside
-    it) and the fingerprints of its first and last records."""
+    it), the fingerprints of its first and last records, and the id of the log (topic id) the
+    consumer read them from, when it knows one that is not a log already left."""
 
     key: str
     first: int
     next: int
     head: int | None
     tail: int | None = None
+    topic_id: str | None = None
 
     @classmethod
     def of(cls, rb) -> Span:
         r0, r1 = rb.records[0], rb.records[-1]
         return cls(tp_key(rb.topic, rb.partition), rb.first_offset, rb.next_offset,
                    fingerprint(r0.value, r0.timestamp), fingerprint(r1.value, r1.timestamp))
+
+    def read_from(self, topic_id: str | None) -> Span:
+        """This span, read from the log with ``topic_id``."""
+        return replace(self, topic_id=topic_id)
 
 
 class PartitionBook:

@@ -488,7 +488,10 @@ class ReplicaMode:
         if not span.key:  # its log was found reset meanwhile: predict only
             return _predicted(model.process(model.prepare(tokens, grow=False), learn=False))
         topic, _, partition = span.key.rpartition(":")
-        source = Source(topic, int(partition), span.first, span.next, ledger.epoch(span.key), ledger.topic_id(span.key))
+        # The epoch's topic id, else the consumer's: applying the record gives an epoch without one
+        # its id on every replica (a claim made before the consumer knew the id carried none).
+        tid = ledger.topic_id(span.key) or span.topic_id
+        source = Source(topic, int(partition), span.first, span.next, ledger.epoch(span.key), tid)
         rec, out = self.replica.compute(tokens, source, labels, kernels=self._kernels)
         self._untopical_sent = self._untopical_sent or rec.kind == "batch"
         if out is None:
