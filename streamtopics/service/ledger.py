@@ -220,9 +220,8 @@ class OffsetLedger:
         ``next_offset - 1``."""
         if next_offset <= first:
             return
+        self.name_log(key, topic_id)
         p = self._part(key)
-        if topic_id is not None and p.epoch.topic_id is None:
-            p.epoch.topic_id = topic_id
         self._add_range(p.epoch, int(first), int(next_offset))
         if p.epoch.ranges[-1][1] == int(next_offset):
             p.tail = None if tail_print is None else (int(next_offset) - 1, int(tail_print))
@@ -267,6 +266,13 @@ class OffsetLedger:
 
     def set_topic_id(self, key: str, topic_id: str) -> None:
         self._part(key).epoch.topic_id = topic_id
+
+    def name_log(self, key: str, topic_id: str | None) -> None:
+        """Give the current epoch of ``key`` the topic id of its log, unless it has one (or ``topic_id``
+        is None): which log its offsets refer to, from the first record or claim that knew it."""
+        p = self._part(key)
+        if topic_id is not None and p.epoch.topic_id is None:
+            p.epoch.topic_id = topic_id
 
     def note_reset(self, key: str, why: str = "") -> bool:
         """The consumer found the partition's log behind its position and re-reads it.

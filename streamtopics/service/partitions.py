@@ -157,7 +157,7 @@ class PartitionBook:
 
     def record_topic_id(self, key: str, topic: str, client_id: str | None) -> None:
         """Remember which log (topic id) the offsets of ``key`` refer to, after learning from it."""
-        if client_id is None or client_id == self.left_topic_ids.get(topic):
+        if self.current_topic_id(topic, client_id) is None:
             # After a log reset the client's metadata can still name the log we left; recording
             # that id would make the next assignment think the topic was recreated again and
             # re-read what was just learned. Wait for the new id.

@@ -579,8 +579,8 @@ class Replica:
         while self.ledger.epoch(key) < src.epoch:  # a new log of the partition: its topic id, if known
             self.ledger.new_epoch(key, src.topic_id if self.ledger.epoch(key) + 1 == src.epoch else None)
         if rec.kind == "claim":
-            if src.topic_id is not None and self.ledger.topic_id(key) is None and self.ledger.epoch(key) == src.epoch:
-                self.ledger.set_topic_id(key, src.topic_id)  # which log its offsets refer to, from the start
+            if self.ledger.epoch(key) == src.epoch:
+                self.ledger.name_log(key, src.topic_id)  # which log its offsets refer to, from the start
             self.owners[key] = offset
             if rec.writer == self.writer:
                 self.claims[key] = offset
