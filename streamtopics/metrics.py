@@ -282,6 +282,11 @@ class Metrics:
             "Records sent to the dead-letter topic, by codec reason code (fixed set).",
             ["reason"], registry=r)
 
+        self.messages_dropped = Counter(
+            "streamtopics_messages_dropped_total",
+            "Predictions or dead letters the broker refused for good (e.g. over its message size); "
+            "each is logged with its key. Should stay 0.", ["topic"], registry=r)
+
         # Health.
         self.broker_up = Gauge("streamtopics_broker_up",
                                "1 if the Kafka broker answered the last request.", registry=r)

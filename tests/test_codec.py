@@ -19,6 +19,7 @@ from streamtopics.stream.codec import (
     decode_dead_letter,
     decode_message,
     decode_prediction,
+    dead_letter_record,
     encode_dead_letter,
     encode_document,
     encode_documents,
@@ -145,6 +146,24 @@ def test_dead_letter_raw_truncation_is_explicit():
     assert m["raw"] == b"x" * 10 and m["raw_truncated"] is True and m["raw_size"] == 100
     m = decode_dead_letter(encode_dead_letter(dl, ts=0.0, max_raw_bytes=100))
     assert "raw_truncated" not in m and m["raw"] == b"x" * 100
+
+
+def test_dead_letter_record_fits_key_and_headers_into_the_budget():
+    dl = DeadLetter("bad_id", "x", raw=b"r" * 5000, key=b"k" * 100, headers=[("h", b"v" * 99)])
+    value, key, headers = dead_letter_record(dl, ts=0.0, max_bytes=2000)   # 200 B twice + raw
+    m = decode_dead_letter(value)
+    assert key == b"k" * 100 and headers == [("h", b"v" * 99)] and m["key"] == key
+    assert len(m["raw"]) == 2000 - 400 and m["raw_size"] == 5000
+    value, key, headers = dead_letter_record(dl, ts=0.0, max_bytes=600)    # on the record only
+    m = decode_dead_letter(value)
+    assert key == b"k" * 100 and "key" not in m and m["key_size"] == 100 and m["headers_size"] == 100
+    assert len(m["raw"]) == 400
+    value, key, headers = dead_letter_record(dl, ts=0.0, max_bytes=300)    # neither
+    m = decode_dead_letter(value)
+    assert key is None and headers is None and m["key_size"] == 100 and len(m["raw"]) == 300
+    plain = DeadLetter("bad_id", "x", raw=b"r" * 10)
+    value, key, headers = dead_letter_record(plain, ts=0.0, max_bytes=300)
+    assert key is None and headers is None and decode_dead_letter(value)["raw"] == b"r" * 10
 
 
 def test_dead_letter_rejects_unknown_reason_and_clips_detail():

@@ -79,3 +79,44 @@ def test_json_under_the_default_msgpack_format_is_dead_lettered_as_looking_like_
     m = decode_dead_letter(rec.value)
     assert m["reason"] == "malformed_msgpack" and "looks like JSON" in m["detail"], m["detail"]
     assert rec.key == b"k1" and m["key"] == b"k1" and m["headers"] == [["h", b"v"]]
+
+
+def test_dead_letters_with_large_keys_and_headers_still_fit_the_message_limit(broker, fresh_topic, tmp_path):
+    """A bad record's key and headers go out twice (in the map and on the record): a 400 kB key
+    with a 900 kB value, and a 2 MB value with a 300 kB header, were dead letters the producer
+    refused as too large, while the dead-letter counter still counted them."""
+    topics = _topics(fresh_topic)
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", max_request_size=8_000_000,
+                      enable_idempotence=False)
+    try:
+        sends = [(None, msgpack.packb({"id": "before", "text": "oil prices rose sharply"}), None),
+                 (b"k" * 200_000, msgpack.packb({"id": 1.5, "text": "word " * 180_000}), None),
+                 (b"q" * 400_000, msgpack.packb({"id": 3.5, "text": "grain"}), None),
+                 (None, msgpack.packb({"id": "big", "text": "word " * 400_000}), [("h", b"v" * 300_000)]),
+                 (b"k" * 700_000, msgpack.packb({"id": 2.5, "text": "grain"}), None),
+                 (None, msgpack.packb({"id": "after", "text": "wheat corn grain harvest"}), None)]
+        for k, v, h in sends:
+            p.send(topics["input"], v, key=k, headers=h or []).get(timeout=30)
+    finally:
+        p.close(timeout=5)
+    cfg = _cfg(broker.bootstrap, topics, tmp_path / "snaps")
+    with _running(cfg) as d:
+        _wait(lambda: _consumed(d, topics["input"], len(sends)), 60, "all messages consumed")
+        dropped = d.metrics.registry.get_sample_value("streamtopics_messages_dropped_total",
+                                                      {"topic": topics["dead_letter"]})
+    assert {decode_prediction(r.value)["id"] for r in _read_all(broker.bootstrap, topics["output"], want=2)} \
+        == {"before", "after"}
+    recs = sorted(_read_all(broker.bootstrap, topics["dead_letter"], want=4),
+                  key=lambda r: decode_dead_letter(r.value)["source"]["offset"])
+    assert len(recs) == 4 and dropped == 0
+    bad_id, large_key, big, huge_key = recs
+    m = decode_dead_letter(bad_id.value)                   # key in the map and on the record
+    assert m["reason"] == "bad_id" and m["key"] == b"k" * 200_000 and bad_id.key == b"k" * 200_000
+    assert m["raw_truncated"] and len(bad_id.value) + len(bad_id.key) < 1_048_576  # the value holds it once
+    m = decode_dead_letter(large_key.value)                # over a quarter of the limit: on the record only
+    assert "key" not in m and m["key_size"] == 400_000 and large_key.key == b"q" * 400_000
+    m = decode_dead_letter(big.value)
+    assert m["reason"] == "message_too_large" and m["headers_size"] == 300_001 and "headers" not in m
+    assert list(big.headers) == [("h", b"v" * 300_000)] and m["raw_size"] > 2_000_000
+    m = decode_dead_letter(huge_key.value)                 # key over half the limit: sizes only
+    assert m["reason"] == "bad_id" and "key" not in m and m["key_size"] == 700_000 and huge_key.key is None

@@ -32,3 +32,15 @@ def test_on_ok_runs_on_the_publisher_thread_in_order_before_the_job_is_finished(
         assert all(i not in finished for i, _, finished in calls)  # ran before its job finished
     finally:
         pipeline.close()
+
+
+def test_a_message_the_broker_can_never_take_is_dropped_counted_and_the_rest_delivered(broker, fresh_topic):
+    topic = fresh_topic(prefix="pub")
+    dropped = []
+    pub = Publisher({"bootstrap_servers": broker.bootstrap, "acks": "all"}, on_drop=dropped.append)
+    try:
+        n = pub.publish([OutMessage(topic, b"a"), OutMessage(topic, b"x" * 2_000_000, key=b"big"),
+                         OutMessage(topic, b"b")])
+    finally:
+        pub.close(timeout_s=5)
+    assert n == 1 and pub.dropped == 1 and dropped == [topic]

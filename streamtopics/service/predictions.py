@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..stream.codec import DeadLetter, encode_dead_letter, encode_predictions, prediction_key
+from ..stream.codec import DeadLetter, dead_letter_record, encode_predictions, prediction_key
 from ..stream.producer import OutMessage
 
 __all__ = ["BatchMeta", "PredictionEncoder", "label_fields", "message_topics", "top_topics", "MIN_TOPIC_PROB",
@@ -59,9 +59,8 @@ class PredictionEncoder:
                sup: tuple | None, label_names: list) -> list[OutMessage]:
         out: list[OutMessage] = []
         for dl in dead:
-            out.append(OutMessage(self.dead_letter_topic,
-                                  encode_dead_letter(dl, ts=now, max_raw_bytes=self.max_raw_bytes),
-                                  key=dl.key, headers=dl.headers))
+            value, key, headers = dead_letter_record(dl, ts=now, max_bytes=self.max_raw_bytes)
+            out.append(OutMessage(self.dead_letter_topic, value, key=key, headers=headers))
         if theta is not None:
             extras = label_fields(sup, len(ids), label_names or [])
             values = encode_predictions(ids, message_topics(theta), extras, model_version=version, ts=now,

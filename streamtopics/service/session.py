@@ -179,7 +179,10 @@ class KafkaSession:
                 if cfg.kafka.create_topics:
                     self.ensure_topics()
                 self.publisher = Publisher(self.producer_kwargs(), max_inflight=cfg.batch.max_inflight_predictions,
-                                           flush_timeout_s=5.0, point=self._point)
+                                           flush_timeout_s=5.0, point=self._point,
+                                           on_drop=self.telemetry.on_message_dropped)
+                for topic in (cfg.topics.output, cfg.topics.dead_letter):
+                    self.telemetry.on_message_dropped(topic, 0)  # the series exist from the start
                 self.publisher.connect()
                 self.pipeline = PublishPipeline(self.publisher, abort=self._stop.is_set,
                                                 max_pending=cfg.batch.max_inflight_predictions,

@@ -117,6 +117,10 @@ class Telemetry:
     def on_topics_created(self, names: list[str]) -> None:
         self.metrics.topic_creations.inc()
 
+    def on_message_dropped(self, topic: str, n: int = 1) -> None:
+        """A message the broker can never take (too large, ...): logged by the publisher, counted here."""
+        self.metrics.messages_dropped.labels(topic=topic).inc(n)
+
     def on_client_recreated(self, client: str, n: int) -> None:
         self.metrics.client_recreations.labels(client=client).inc(n)
 

@@ -66,7 +66,9 @@ the source record)
 ``"raw_truncated": true, "raw_size": <original length>``; only when the source
 record had them, ``"key": bin`` (its message key) and ``"headers": [[str,
 bin|null], ...]`` (its headers, in order), so a dead letter can be traced and
-replayed with its routing intact.
+replayed with its routing intact. Key and headers too large to go out twice within the
+message limit are in the map as ``"key_size"``/``"headers_size"`` only (``dead_letter_record``;
+over half of the limit the dead letter's own record goes without them too).
 
 ``reason`` is one code from the fixed set ``REASONS``:
 
@@ -137,6 +139,7 @@ __all__ = [
     "decode_message",
     "decode_prediction",
     "encode_dead_letter",
+    "dead_letter_record",
     "encode_document",
     "encode_documents",
     "encode_prediction",
@@ -787,11 +790,14 @@ def decode_prediction(raw: bytes) -> dict[str, Any]:
     return m
 
 
-def encode_dead_letter(dl: DeadLetter, *, ts: float, max_raw_bytes: int | None = None) -> bytes:
+def encode_dead_letter(dl: DeadLetter, *, ts: float, max_raw_bytes: int | None = None,
+                       meta_in_map: bool = True) -> bytes:
     """Dead-letter message. ``raw`` is kept byte for byte unless it exceeds
     ``max_raw_bytes`` (e.g. a ``message_too_large`` payload that the producer
     could not send); then a prefix is kept and ``raw_truncated``/``raw_size``
-    are added."""
+    are added. The source record's key and headers are in the map as ``key``/``headers``,
+    or, without ``meta_in_map`` (too large to carry twice: ``dead_letter_record``), only
+    their sizes as ``key_size``/``headers_size``."""
     raw = bytes(dl.raw)
     m: dict[str, Any] = {
         "reason": dl.reason,
@@ -805,11 +811,38 @@ def encode_dead_letter(dl: DeadLetter, *, ts: float, max_raw_bytes: int | None =
         m["raw"] = raw[: max(max_raw_bytes, 0)]
         m["raw_truncated"] = True
         m["raw_size"] = len(raw)
+    if not meta_in_map:
+        if dl.key is not None:
+            m["key_size"] = len(dl.key)
+        if dl.headers:
+            m["headers_size"] = _headers_size(dl.headers)
+        return msgpack.packb(m, use_bin_type=True)
     if dl.key is not None:
         m["key"] = bytes(dl.key)
     if dl.headers:
         m["headers"] = [[k, v] for k, v in dl.headers]
     return msgpack.packb(m, use_bin_type=True)
+
+
+def _headers_size(headers) -> int:
+    return sum(len(k.encode("utf-8")) + len(v or b"") for k, v in headers or ())
+
+
+def dead_letter_record(dl: DeadLetter, *, ts: float, max_bytes: int) -> tuple[bytes, bytes | None, list | None]:
+    """The dead-letter message and the key and headers to send it with, together within
+    ``max_bytes`` (the producer's and broker's limit less a margin for the map's other fields).
+
+    The source record's key and headers go out twice, in the map and as the record's own, and
+    ``raw`` is cut to what is left. Key and headers over a quarter of the budget stay on the
+    record only (the map gives their sizes); over half of it, the record goes without them too,
+    so that the dead letter itself is never refused for its size."""
+    meta = (len(dl.key) if dl.key is not None else 0) + _headers_size(dl.headers)
+    if 4 * meta <= max_bytes:
+        return encode_dead_letter(dl, ts=ts, max_raw_bytes=max_bytes - 2 * meta), dl.key, dl.headers
+    if 2 * meta <= max_bytes:
+        value = encode_dead_letter(dl, ts=ts, max_raw_bytes=max_bytes - meta, meta_in_map=False)
+        return value, dl.key, dl.headers
+    return encode_dead_letter(dl, ts=ts, max_raw_bytes=max_bytes, meta_in_map=False), None, None
 
 
 def decode_dead_letter(raw: bytes) -> dict[str, Any]:

@@ -85,8 +85,10 @@ class Publisher:
         max_backoff_s: float = 5.0,
         factory: Callable[..., Any] = KafkaProducer,
         point: Callable[[str], None] | None = None,
+        on_drop: Callable[[str], None] | None = None,
     ) -> None:
         self._kwargs = dict(producer_kwargs)
+        self._on_drop = on_drop  # called with the topic of each message dropped as undeliverable
         self._point = point or _no_point  # named points for the daemon's hooks (fault drills)
         self.max_inflight = max(1, int(max_inflight))
         self.flush_timeout_s = float(flush_timeout_s)
@@ -251,6 +253,8 @@ class Publisher:
         log.error("message dropped: it can never be delivered", extra={
             "topic": msg.topic, "bytes": len(msg.value), "key": (msg.key or b"")[:100].decode("utf-8", "replace"),
             "error": repr(exc)})
+        if self._on_drop is not None:
+            self._on_drop(msg.topic)
 
 
 @dataclass
