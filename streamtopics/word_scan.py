@@ -1,8 +1,8 @@
 """The ``whitespace`` tokenizer's word scan as a GIL-free kernel over a text's code points.
 
-``Tokenizer`` keeps the words of ``text.lower()`` that match ``[^\\W\\d_]+`` (maximal runs of
-letters), have ``min_len <= len <= max_len`` and are not stopwords.  With the ``re`` module that
-costs ~90 us per 20NG document, all of it under the GIL: in the daemon it is most of the
+``Tokenizer`` keeps the words of ``normal_text(text)`` (lower case, NFC) that match its ``_WORD``
+(maximal runs of letters and combining marks), have ``min_len <= len <= max_len`` and are not
+stopwords.  With the ``re`` module that costs ~90 us per 20NG document, all of it under the GIL: in the daemon it is most of the
 read-ahead thread's CPU, taken from the cores the model's threads want (issue 18).  Here:
 
 * which code points are letters is read from a table made once per process *by the same regular

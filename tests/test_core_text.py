@@ -21,6 +21,23 @@ def test_tokenizer_lowercases_and_keeps_unicode_letters():
     assert tok("Hello, World! (hello)") == ["hello", "world", "hello"]
 
 
+def test_a_word_is_one_token_with_its_combining_marks_in_either_normal_form():
+    """Combining marks are \\W to ``re``: Hindi and pointed Arabic fell apart into letters and NFD
+    accents were lost or split words (``résumé`` -> ``sume``), in both tokenizer paths."""
+    import unicodedata
+
+    tok = Tokenizer(stopwords=None)
+    text = "café résumé Ångström München İstanbul हिन्दी भाषा العَرَبِيَّة"
+    want = ["café", "résumé", "ångström", "münchen", "i\u0307stanbul", "हिन्दी", "भाषा", "العَرَبِيَّة"]
+    for form in ("NFC", "NFD", "NFKC"):
+        t = unicodedata.normalize(form, text)
+        assert tok(t) == want and tok.regex_tokens(t) == want, form
+    cjk = Tokenizer(stopwords=None, segmentation="cjk_bigrams")
+    assert cjk(unicodedata.normalize("NFD", "naïve 東京都")) == ["naïve", "東京", "京都"]
+    assert tok("e\u0301t\u00e9") == ["été"]
+    assert Tokenizer(min_len=3)("x\u0301") == []  # a mark is a code point of the word's length
+
+
 def test_tokenizer_splits_on_digits_underscores_and_punctuation():
     tok = Tokenizer(stopwords=None)
     assert tok("foo_bar abc123def x2y snake_case_name") == ["foo", "bar", "abc", "def", "snake", "case", "name"]
