@@ -72,6 +72,18 @@ log = logging.getLogger(__name__)
 SNAPSHOT_ACK_WAIT_S = 5.0  # a due snapshot waits this long for acknowledgements, then is postponed
 
 
+class MetricsEndpointUnusable(StartRefused):
+    """The metrics endpoint cannot listen where it is configured (the daemon exits 2 saying so)."""
+
+
+def serve_metrics(metrics: Metrics, mcfg, **kw) -> MetricsServer:
+    """The metrics endpoint of ``[metrics]`` (``mcfg``), or ``MetricsEndpointUnusable``."""
+    try:
+        return MetricsServer(metrics, mcfg.host, mcfg.port, **kw)
+    except OSError as exc:
+        raise MetricsEndpointUnusable(str(exc)) from None
+
+
 class Daemon:
     """The composition: a Kafka session, a partition book, a batch processor, a checkpointer
     and telemetry around one model; ``run()`` is the loop. See the module docstring."""
@@ -223,14 +235,14 @@ class Daemon:
         cfg = self.cfg
         self.hooks.point("startup")
         self.telemetry.on_start(__version__, cfg.model.engine, cfg.model.update)
+        # StartRefused: another daemon's directory (before its metrics port is found taken), or an unusable one
+        self.checkpoints.lock.acquire()
         if self.serve_metrics:
-            self.server = MetricsServer(self.metrics, cfg.metrics.host, cfg.metrics.port,
-                                        health=self.health, ready=self.readiness,
+            self.server = serve_metrics(self.metrics, cfg.metrics, health=self.health, ready=self.readiness,
                                         routes=self.explorer.route if self.explorer is not None else None)
         log.info("streamtopics daemon starting", extra={
             "version": __version__, "instance": self.instance, "config": cfg.to_dict(),
             "metrics_url": self.metrics_url, "kernel_cache": active_dir()})
-        self.checkpoints.lock.acquire()  # StartRefused: another daemon's directory, or an unusable one
         if self.replicas is not None:
             self.replicas.fetch_snapshot(self.checkpoints.store)
         found = self.checkpoints.load()

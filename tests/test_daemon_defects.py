@@ -4,9 +4,11 @@ telemetry are called through their public seams."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from streamtopics.config import Config
 from streamtopics.config import model_from_config
@@ -242,6 +244,63 @@ def test_an_unusable_snapshot_directory_is_a_one_line_refusal_with_exit_2(tmp_pa
     (rec,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert rec.getMessage().startswith(f"refusing to start: snapshot directory {tmp_path / 'taken'} cannot be used: "
                                        "a file stands where it should be") and rec.exc_info is None
+
+
+def test_a_full_snapshot_file_system_at_start_is_a_refusal_not_a_crash(tmp_path, caplog):
+    """A snapshot directory on a full disk crashed the start with a traceback and exit 1 (the lock
+    file's write was not mapped to a refusal), and its ftruncate had already erased the previous
+    owner's record. The lock file here is a link to /dev/full: every write is ENOSPC."""
+    import logging
+
+    from streamtopics.service.checkpoint import LOCK_NAME
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    snaps = tmp_path / "snaps"
+    snaps.mkdir()
+    (snaps / LOCK_NAME).symlink_to("/dev/full")
+    cfg = Config.from_dict({"snapshot": {"dir": str(snaps)}, "topics": {"input": "docs"},
+                            "metrics": {"port": 0}, "kafka": {"bootstrap_servers": "127.0.0.1:1"}}, env={})
+    with caplog.at_level(logging.ERROR, logger="streamtopics.daemon"):
+        assert Daemon(cfg).run() == 2
+    (rec,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert rec.getMessage().startswith(f"refusing to start: snapshot directory {snaps} cannot be used: "
+                                       "its file system is full") and rec.exc_info is None
+
+
+def test_a_second_daemon_with_the_same_config_is_refused_for_the_directory_not_the_port(tmp_path, caplog):
+    """The README promises a second daemon on the same configuration is refused, naming the owner,
+    with exit 2. It bound the metrics endpoint first, so with a fixed port (the shipped config's)
+    it died on 'Address already in use' with a traceback and exit 1."""
+    import logging
+    import socket
+    import threading
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = Config.from_dict({"snapshot": {"dir": str(tmp_path / "snaps")}, "topics": {"input": "docs"},
+                            "metrics": {"host": "127.0.0.1", "port": port},
+                            "kafka": {"bootstrap_servers": "127.0.0.1:1"}}, env={})
+    owner = Daemon(cfg)
+    t = threading.Thread(target=owner.run, daemon=True)
+    t.start()
+    try:
+        assert owner.wait_started(60) and owner.server is not None
+        with caplog.at_level(logging.ERROR, logger="streamtopics.daemon"):
+            assert Daemon(cfg).run() == 2
+        (rec,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert rec.getMessage().startswith("refusing to start") and "another streamtopics daemon" in rec.getMessage()
+        assert rec.exc_info is None and owner.server is not None
+        other = Config.from_dict({**cfg.to_dict(), "snapshot": {"dir": str(tmp_path / "other")}}, env={})
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="streamtopics.daemon"):
+            assert Daemon(other).run() == 2  # its own directory, the owner's port: a one-line refusal too
+        (rec,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert f"metrics endpoint 127.0.0.1:{port}" in rec.getMessage() and rec.exc_info is None
+    finally:
+        owner.stop()
+        t.join(30)
 
 
 def test_a_rebuilt_consumer_does_not_report_the_broker_unreachable_before_its_first_poll():

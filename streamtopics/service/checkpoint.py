@@ -183,6 +183,7 @@ class SnapshotDirUnusable(StartRefused):
         self.owner = {}
         what = ("a file stands where it should be" if isinstance(exc, (FileExistsError, NotADirectoryError))
                 else "it is on a read-only file system" if exc.errno == errno.EROFS
+                else "its file system is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
                 else "no permission" if isinstance(exc, PermissionError)
                 else exc.strerror or repr(exc))
         super().__init__(f"snapshot directory {directory} cannot be used: {what} ({type(exc).__name__}: {exc}). "
@@ -248,9 +249,14 @@ class DirectoryLock:
                 log.info("previous owner of the snapshot directory is gone; taking its lock over",
                          extra={"previous_owner": prev})
             data = json.dumps(self.owner).encode()
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, data, 0)
-            os.fsync(fd)
+            try:
+                # Over the old record, then cut to length: a full disk leaves the previous owner's
+                # record readable (ftruncate first had erased it) and refuses the start cleanly.
+                os.pwrite(fd, data, 0)
+                os.ftruncate(fd, len(data))
+                os.fsync(fd)
+            except OSError as exc:
+                raise SnapshotDirUnusable(self.dir, exc) from None
         except BaseException:
             os.close(fd)
             raise
