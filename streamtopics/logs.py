@@ -18,6 +18,7 @@ import logging
 import math
 import re
 import sys
+import threading
 import time
 import traceback
 from typing import Any, TextIO
@@ -152,4 +153,25 @@ def setup_logging(level: str = "INFO", fmt: str = "json", stream: TextIO | None 
     # its network thread's short waits for a CPU (SlowClientTaskFilter).
     logging.getLogger("kafka").setLevel(max(logging.WARNING, root.level))
     logging.getLogger("kafka.net.selector").addFilter(_SLOW_TASKS)
+    # What Python itself would print raw to stderr (an exception in a __del__, e.g. a Kafka client
+    # whose close timed out being collected; an uncaught exception in a thread) goes through the
+    # handler too: one JSON object per line, always.
+    sys.unraisablehook = _log_unraisable
+    threading.excepthook = _log_thread_exception
     return handler
+
+
+def _log_unraisable(u: Any) -> None:
+    exc = (u.exc_type, u.exc_value, u.exc_traceback) if u.exc_type is not None else None
+    obj = repr(u.object)[:200] if u.object is not None else None
+    logging.getLogger("streamtopics.python").warning(
+        f"{u.err_msg or 'Exception ignored in'}: {obj}" if obj else (u.err_msg or "Exception ignored"),
+        extra={"object": obj}, exc_info=exc)
+
+
+def _log_thread_exception(a: Any) -> None:
+    if a.exc_type is SystemExit:
+        return
+    logging.getLogger("streamtopics.python").error(
+        "uncaught exception in a thread", extra={"thread_name": a.thread.name if a.thread is not None else None},
+        exc_info=(a.exc_type, a.exc_value, a.exc_traceback))

@@ -80,3 +80,31 @@ def test_the_kafka_clients_short_slow_task_warnings_are_dropped_and_long_ones_ke
         logging.getLogger().removeHandler(h)
     msgs = [json.loads(line)["msg"] for line in buf.getvalue().splitlines()]
     assert len(msgs) == 2 and "ran for 1.502s" in msgs[0] and msgs[1] == "some other client warning"
+
+
+def test_what_python_prints_raw_goes_through_the_json_handler():
+    """An exception in a ``__del__`` (kafka-python's producer, collected after its close timed out)
+    and an uncaught exception in a thread were printed raw, breaking one JSON object per line."""
+    import gc
+    import sys
+    import threading
+
+    class Closing:
+        def __del__(self):
+            raise TimeoutError("Timeout waiting for future")
+
+    buf = io.StringIO()
+    saved = sys.unraisablehook, threading.excepthook
+    h = setup_logging("INFO", "json", stream=buf)
+    try:
+        Closing()
+        gc.collect()
+        t = threading.Thread(target=lambda: 1 / 0, name="worker")
+        t.start()
+        t.join()
+    finally:
+        logging.getLogger().removeHandler(h)
+        sys.unraisablehook, threading.excepthook = saved
+    lines = [json.loads(x) for x in buf.getvalue().splitlines()]  # every line is JSON
+    assert [x["exc_type"] for x in lines] == ["TimeoutError", "ZeroDivisionError"]
+    assert "Closing.__del__" in lines[0]["msg"] and lines[1]["thread_name"] == "worker"
