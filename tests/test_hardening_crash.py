@@ -150,3 +150,27 @@ def test_crash_at_a_few_points_then_restart_learns_exactly_once(broker, fresh_to
 @pytest.mark.slow
 def test_crash_anywhere_full_sweep(broker, fresh_topic, tmp_path, monkeypatch):
     _check(_crash_chain(broker, fresh_topic, tmp_path, monkeypatch, FULL_SWEEP), min_killed=20)
+
+
+def test_a_corrupt_newest_snapshot_does_not_push_the_good_ones_out_of_the_rotation(tmp_path):
+    """After a restart fell back past a corrupt newest snapshot, pruning counted that file among
+    the ``keep`` newest and deleted good ones: with keep = 1 the snapshot just written, the one
+    the group's offsets were then committed up to."""
+    from streamtopics import TopicModel
+    from streamtopics.service.checkpoint import snapshot_name
+
+    snaps = tmp_path / "snaps"
+    snaps.mkdir()
+    model = TopicModel(n_topics=3, seed=0)
+    model.partial_fit(["grain wheat corn harvest", "oil crude barrel prices"] * 4)
+    store = SnapshotStore(snaps, keep=1)
+    good, _ = store.write(model, {"docs:0": 8}, {})
+    (snaps / snapshot_name(model.version + 50)).write_bytes(b"STSNAP but torn")   # newest, corrupt
+    loaded, path = store.load_newest()
+    assert path == good
+    model.partial_fit(["corn harvest grain"])
+    written, _ = store.write(model, {"docs:0": 9}, {})
+    store.prune()
+    names = sorted(p.name for p in snaps.iterdir())
+    assert written.name in names and good.name not in names          # the rotation keeps the newest good one
+    assert len(names) == 2 and SnapshotStore(snaps, keep=1).load_newest()[1] == written

@@ -105,6 +105,10 @@ class SnapshotStore:
         self.dir = Path(directory)
         self.keep = max(1, int(keep))
         self._on_load_failed = on_load_failed  # called per unusable file (telemetry counts them)
+        # Files that failed to load: never pruned, and not counted among the ``keep`` newest (a
+        # corrupt file newer than the rest had pushed out the good ones; with keep = 1, the one
+        # snapshot just written, while the group's offsets were committed up to it).
+        self.unusable: set[str] = set()
 
     def files(self) -> list[Path]:
         """Snapshot files, newest first (by model version, then modification time)."""
@@ -135,7 +139,10 @@ class SnapshotStore:
             except Exception as exc:  # noqa: BLE001 - SnapshotError, or a header from another program
                 if self._on_load_failed is not None:
                     self._on_load_failed()
-                log.warning("skipping unusable snapshot", extra={"path": str(path), "error": str(exc)})
+                if path.name not in self.unusable:
+                    log.warning("skipping unusable snapshot; it is kept, outside the snapshot rotation, "
+                                "until an operator removes it", extra={"path": str(path), "error": str(exc)})
+                self.unusable.add(path.name)
                 if skip is not None:
                     skip.add(path.name)
                 continue
@@ -150,7 +157,7 @@ class SnapshotStore:
 
     def prune(self) -> list[Path]:
         removed = []
-        for p in self.files()[self.keep:]:
+        for p in [p for p in self.files() if p.name not in self.unusable][self.keep:]:
             try:
                 p.unlink()
                 removed.append(p)
