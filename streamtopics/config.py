@@ -709,6 +709,7 @@ def _cross_checks(cfg: Config) -> list[str]:
     if k.enable_idempotence and k.producer_max_in_flight > 5:
         errs.append(f"{E}kafka.producer_max_in_flight must be <= 5 with kafka.enable_idempotence = true (got {k.producer_max_in_flight})")
     errs.extend(_check_extra_kafka_keys(k))
+    errs.extend(_check_bootstrap(k.bootstrap_servers))
 
     t = cfg.topics
     names = {"input": t.input, "output": t.output, "dead_letter": t.dead_letter, "snapshots": t.snapshots,
@@ -738,6 +739,38 @@ def _cross_checks(cfg: Config) -> list[str]:
     return errs
 
 
+_SERIALIZED = "the daemon's codec reads and writes the messages' bytes itself"
+# Client settings the daemon's guarantees rest on: passed "verbatim, they win", they broke them silently.
+_DAEMON_OWNED = {
+    "extra_consumer": {
+        "enable_auto_commit": "offsets are committed only once a snapshot holds what they cover (exactly once)",
+        "auto_offset_reset": "a partition without committed offsets is read from its start, or its records are "
+                             "never learned",
+        "group_id": "use kafka.group_id", "bootstrap_servers": "use kafka.bootstrap_servers",
+        "key_deserializer": _SERIALIZED, "value_deserializer": _SERIALIZED,
+    },
+    "extra_producer": {
+        "acks": "predictions count as published only once every in-sync replica has them (acks = all)",
+        "bootstrap_servers": "use kafka.bootstrap_servers",
+        "key_serializer": _SERIALIZED, "value_serializer": _SERIALIZED,
+    },
+}
+
+
+def _check_bootstrap(servers: str) -> list[str]:
+    """``host[:port]`` entries, comma-separated; a typo otherwise surfaced as endless reconnects."""
+    errs = []
+    for entry in servers.split(","):
+        e = entry.strip()
+        host, sep, port = e.rpartition(":")
+        bare_ipv6 = sep and ":" in host and not host.endswith("]")
+        if not e or any(c.isspace() for c in e) or (sep and not host):
+            errs.append(f"config error: kafka.bootstrap_servers entry {_fmt(e)} is not host:port")
+        elif sep and not bare_ipv6 and not (port.isdigit() and 0 < int(port) < 65536):
+            errs.append(f"config error: kafka.bootstrap_servers entry {_fmt(e)} has no valid port (1-65535)")
+    return errs
+
+
 def _check_extra_kafka_keys(k: KafkaConfig) -> list[str]:
     """Typos in extra_* would otherwise surface only when the client is built."""
     try:
@@ -748,7 +781,9 @@ def _check_extra_kafka_keys(k: KafkaConfig) -> list[str]:
     for table, client in (("extra_consumer", KafkaConsumer), ("extra_producer", KafkaProducer)):
         known = client.DEFAULT_CONFIG
         for key in getattr(k, table):
-            if key not in known:
+            if key in _DAEMON_OWNED[table]:
+                errs.append(f"config error: kafka.{table}.{key} cannot be set: {_DAEMON_OWNED[table][key]}")
+            elif key not in known:
                 errs.append(
                     f"config error: kafka.{table}.{key} is not a kafka-python {client.__name__} setting"
                     f"{_suggest(key, known, 'kafka.' + table + '.{}')}"

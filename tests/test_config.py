@@ -239,6 +239,22 @@ def test_security_consistency_rules():
     assert errs == ['config error: kafka.sasl_plain_username must be set for kafka.sasl_mechanism = "SCRAM-SHA-256"']
 
 
+def test_settings_the_daemons_guarantees_rest_on_cannot_be_overridden_and_brokers_are_host_port():
+    """extra_consumer = { enable_auto_commit = true } was passed verbatim ("they win") and silently
+    committed offsets no snapshot held; a bootstrap entry like "not a host" was accepted."""
+    errs = "\n".join(errors_of({"kafka": {"extra_consumer": {"enable_auto_commit": True, "group_id": "x",
+                                                             "max_poll_records": 10},
+                                          "extra_producer": {"acks": 1, "linger_ms": 0}}}))
+    assert "kafka.extra_consumer.enable_auto_commit cannot be set: offsets are committed only once" in errs
+    assert "kafka.extra_consumer.group_id cannot be set: use kafka.group_id" in errs
+    assert "kafka.extra_producer.acks cannot be set" in errs
+    assert "max_poll_records" not in errs and "linger_ms" not in errs
+    for bad in ("not a host", "h:0", "h:x", "a:1,,b:2", ":9092", "h:99999"):
+        assert "kafka.bootstrap_servers entry" in "\n".join(errors_of({"kafka": {"bootstrap_servers": bad}})), bad
+    for good in ("127.0.0.1:9092", "broker-1.example.com:9093, broker-2:9093", "[::1]:9092", "kafka", "::1"):
+        assert Config.from_dict({"kafka": {"bootstrap_servers": good}}, env={}).kafka.bootstrap_servers == good
+
+
 def test_secret_never_appears_in_errors():
     errs = "\n".join(errors_of({"kafka": {"sasl_plain_password": 123456}}))
     assert "kafka.sasl_plain_password must be a string (got ***)" in errs and "123456" not in errs
