@@ -430,7 +430,8 @@ class TopicModel:
 
     def predict(self, docs: Sequence) -> list:
         """Predicted label per document (multi-class: str, None before any label was seen;
-        multi-label: list[str] of the labels with a positive score; regression: float)."""
+        multi-label: list[str] of the labels with a positive score; regression: float). A document
+        with no word the model knows has no topic mass and gets None ([] multi-label)."""
         return self._need_head().predict(self.zbar_docs(docs))
 
     def topic_word(self) -> np.ndarray:
