@@ -429,9 +429,8 @@ class TopicModel:
         return self._need_head().scores(self.zbar_docs(docs))
 
     def predict(self, docs: Sequence) -> list:
-        """Predicted label per document (multi-class: str, None before any label was seen;
-        multi-label: list[str] of the labels with a positive score; regression: float). A document
-        with no word the model knows has no topic mass and gets None ([] multi-label)."""
+        """Predicted label per document (multi-class: str, None before any label was seen or for a
+        document with no known word; multi-label: list[str] of the labels with a positive score; regression: float)."""
         return self._need_head().predict(self.zbar_docs(docs))
 
     def topic_word(self) -> np.ndarray:

@@ -231,27 +231,35 @@ def test_sighup_is_a_graceful_stop_like_sigterm():
             signal.signal(s, h)
 
 
-def test_an_unusable_snapshot_directory_is_a_one_line_refusal_with_exit_2(tmp_path, caplog):
-    """A file where the directory should be, or a read-only mount, gave 'daemon failed' with a
-    traceback and exit 1 (a crash loop under Restart=on-failure with nothing to read)."""
+def _refused(cfg, caplog) -> str:
+    """Run a daemon that must refuse to start: exit 2 and one error line without a traceback."""
     import logging
 
-    (tmp_path / "taken").write_text("not a directory")
-    cfg = Config.from_dict({"snapshot": {"dir": str(tmp_path / "taken")}, "topics": {"input": "docs"},
-                            "metrics": {"port": 0}, "kafka": {"bootstrap_servers": "127.0.0.1:1"}}, env={})
+    caplog.clear()
     with caplog.at_level(logging.ERROR, logger="streamtopics.daemon"):
         assert Daemon(cfg).run() == 2
     (rec,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert rec.getMessage().startswith(f"refusing to start: snapshot directory {tmp_path / 'taken'} cannot be used: "
-                                       "a file stands where it should be") and rec.exc_info is None
+    assert rec.exc_info is None and rec.getMessage().startswith("refusing to start: ")
+    return rec.getMessage()
+
+
+def _dir_cfg(snaps, **extra):
+    return Config.from_dict({"snapshot": {"dir": str(snaps)}, "topics": {"input": "docs"},
+                             "metrics": {"port": 0}, "kafka": {"bootstrap_servers": "127.0.0.1:1"}, **extra}, env={})
+
+
+def test_an_unusable_snapshot_directory_is_a_one_line_refusal_with_exit_2(tmp_path, caplog):
+    """A file where the directory should be, or a read-only mount, gave 'daemon failed' with a
+    traceback and exit 1 (a crash loop under Restart=on-failure with nothing to read)."""
+    (tmp_path / "taken").write_text("not a directory")
+    assert _refused(_dir_cfg(tmp_path / "taken"), caplog).startswith(
+        f"refusing to start: snapshot directory {tmp_path / 'taken'} cannot be used: a file stands where it should be")
 
 
 def test_a_full_snapshot_file_system_at_start_is_a_refusal_not_a_crash(tmp_path, caplog):
     """A snapshot directory on a full disk crashed the start with a traceback and exit 1 (the lock
     file's write was not mapped to a refusal), and its ftruncate had already erased the previous
     owner's record. The lock file here is a link to /dev/full: every write is ENOSPC."""
-    import logging
-
     from streamtopics.service.checkpoint import LOCK_NAME
 
     if not os.path.exists("/dev/full"):
@@ -259,45 +267,30 @@ def test_a_full_snapshot_file_system_at_start_is_a_refusal_not_a_crash(tmp_path,
     snaps = tmp_path / "snaps"
     snaps.mkdir()
     (snaps / LOCK_NAME).symlink_to("/dev/full")
-    cfg = Config.from_dict({"snapshot": {"dir": str(snaps)}, "topics": {"input": "docs"},
-                            "metrics": {"port": 0}, "kafka": {"bootstrap_servers": "127.0.0.1:1"}}, env={})
-    with caplog.at_level(logging.ERROR, logger="streamtopics.daemon"):
-        assert Daemon(cfg).run() == 2
-    (rec,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert rec.getMessage().startswith(f"refusing to start: snapshot directory {snaps} cannot be used: "
-                                       "its file system is full") and rec.exc_info is None
+    assert _refused(_dir_cfg(snaps), caplog).startswith(
+        f"refusing to start: snapshot directory {snaps} cannot be used: its file system is full")
 
 
 def test_a_second_daemon_with_the_same_config_is_refused_for_the_directory_not_the_port(tmp_path, caplog):
     """The README promises a second daemon on the same configuration is refused, naming the owner,
     with exit 2. It bound the metrics endpoint first, so with a fixed port (the shipped config's)
     it died on 'Address already in use' with a traceback and exit 1."""
-    import logging
     import socket
     import threading
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cfg = Config.from_dict({"snapshot": {"dir": str(tmp_path / "snaps")}, "topics": {"input": "docs"},
-                            "metrics": {"host": "127.0.0.1", "port": port},
-                            "kafka": {"bootstrap_servers": "127.0.0.1:1"}}, env={})
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cfg = _dir_cfg(tmp_path / "snaps", metrics={"host": "127.0.0.1", "port": port})
     owner = Daemon(cfg)
     t = threading.Thread(target=owner.run, daemon=True)
     t.start()
     try:
         assert owner.wait_started(60) and owner.server is not None
-        with caplog.at_level(logging.ERROR, logger="streamtopics.daemon"):
-            assert Daemon(cfg).run() == 2
-        (rec,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
-        assert rec.getMessage().startswith("refusing to start") and "another streamtopics daemon" in rec.getMessage()
-        assert rec.exc_info is None and owner.server is not None
-        other = Config.from_dict({**cfg.to_dict(), "snapshot": {"dir": str(tmp_path / "other")}}, env={})
-        caplog.clear()
-        with caplog.at_level(logging.ERROR, logger="streamtopics.daemon"):
-            assert Daemon(other).run() == 2  # its own directory, the owner's port: a one-line refusal too
-        (rec,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
-        assert f"metrics endpoint 127.0.0.1:{port}" in rec.getMessage() and rec.exc_info is None
+        assert "another streamtopics daemon" in _refused(cfg, caplog) and owner.server is not None
+        other = _dir_cfg(tmp_path / "other", metrics={"host": "127.0.0.1", "port": port})
+        # its own directory, the owner's port: a one-line refusal too
+        assert f"metrics endpoint 127.0.0.1:{port}" in _refused(other, caplog)
     finally:
         owner.stop()
         t.join(30)

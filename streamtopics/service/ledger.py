@@ -264,6 +264,12 @@ class OffsetLedger:
             p.resets.pop()
         return p.epoch.number
 
+    def note(self, key: str) -> None:
+        """Know ``key`` with nothing learned in it yet (a partition this model reads from its start),
+        so that a snapshot names it and a restart reads it from its start again, never from the group's
+        committed offset (which can only be another model's, or a lost newer snapshot's)."""
+        self._part(key)
+
     def set_topic_id(self, key: str, topic_id: str) -> None:
         self._part(key).epoch.topic_id = topic_id
 

@@ -95,7 +95,12 @@ class PartitionBook:
             # Nothing learned from this log by this model's lineage. Without any snapshot the
             # group's committed offset means nothing (commits never pass a snapshot: a committed
             # offset without one is a lost lineage's): read from the earliest offset. A known
-            # partition in a new epoch: its new log from the beginning.
+            # partition in a new epoch: its new log from the beginning. The single daemon notes the
+            # partition in its ledger (replicas' ledgers change only through the update log): a first
+            # snapshot holds one partition's batch, and without the note a restart read the others from
+            # the group's committed offset, skipping what no snapshot held (a fault audit found it).
+            if self.through_log is None:
+                self.ledger.note(key)
             return 0
         return pos  # None: a partition this lineage never saw -> the group's committed offset
 
