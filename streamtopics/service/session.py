@@ -41,6 +41,9 @@ def reachable(bootstrap: str, timeout: float = 0.5) -> bool:
     return False
 
 
+_MISMATCH_SAID: dict[str, int] = {}  # input topic -> the partition count last warned about
+
+
 def ensure_topics(cfg: Config, timeout_s: float = 15.0, created: list[str] | None = None) -> dict[str, int]:
     """Create the daemon's topics when missing (before any client could auto-create them).
 
@@ -88,7 +91,8 @@ def ensure_topics(cfg: Config, timeout_s: float = 15.0, created: list[str] | Non
     finally:
         admin.close()
     for name, n in wanted.items():
-        if name in counts and counts[name] != n and name == t.input:
+        if name in counts and counts[name] != n and name == t.input and _MISMATCH_SAID.get(name) != counts[name]:
+            _MISMATCH_SAID[name] = counts[name]  # once per count: it was said every 5 s while joining
             log.warning("input topic has another partition count than configured (it existed already)",
                         extra={"topic": name, "partitions": counts[name], "configured": n})
     return counts
