@@ -519,6 +519,7 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_snapshot_failures_total": "counter",
     "streamtopics_snapshot_load_failures_total": "counter",
     "streamtopics_dead_letters_total": "counter",
+    "streamtopics_messages_dropped_total": "counter",
     "streamtopics_vocabulary_size": "gauge",
     "streamtopics_model_version": "gauge",
     "streamtopics_documents_per_second": "gauge",
