@@ -145,7 +145,7 @@ def propose_births(state, updater, batch, summary: Summary, rng: np.random.Gener
     K, B = state.n_topics, batch.n_docs
     if not state.initialized or K < 2 or B == 0 or summary.n_docs == 0 or batch.n_tokens <= 0:
         return []
-    rho = updater.rho(state.n_updates + 1)
+    rho = updater.step(state.steps, summary.n_docs)
     per_token = rho * updater.effective_corpus_size(state, summary, rho) / summary.n_docs
     after = (1.0 - rho) * data_mass(state) + per_token * summary.topic_totals
     lengths = batch.doc_lengths()

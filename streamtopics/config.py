@@ -255,7 +255,7 @@ class ModelConfig:
     alpha: float = opt(_library_default("alpha", 0.0), "Document-topic Dirichlet prior (per topic); 0 = the library's default: learned from the stream (empirical Bayes, docs/defaults.md), or 1 (fixed) for a supervised model of the variational engine (docs/supervised.md §9).", ge=0)
     beta: float = opt(_library_default("beta", 0.0), "Topic-word Dirichlet prior (per topic); 0 = 1/n_topics, one pseudo-count per word over all topics (docs/defaults.md).", ge=0)
     seed: int = opt(0, "Random seed; same seed and input give the same model.", ge=0)
-    delay: float = opt(_library_default("delay"), "Stochastic step rho_t = max(rho_min, (delay + t) ** -forgetting_rate): tau0.", ge=0)
+    delay: float = opt(_library_default("delay"), "Stochastic step rho_t = max(rho_min, (delay + t) ** -forgetting_rate), t in batches of 256 documents (a smaller batch is that fraction of a step): tau0.", ge=0)
     forgetting_rate: float = opt(_library_default("forgetting_rate"), "Stochastic step decay kappa; (0.5, 1] guarantees convergence.", gt=0.5, le=1)
     rho_min: float = opt(_library_default("rho_min"), "Floor of the stochastic step so the model keeps adapting to drift; 0 = no floor.", ge=0, lt=1)
     corpus_size: int = opt(_library_default("corpus_size", 0),

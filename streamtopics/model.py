@@ -40,7 +40,7 @@ from .supervised.classifier import SupervisedHead
 from .supervised.targets import conform_targets, is_missing
 from .text import Tokenizer, Vocabulary
 from .trends import PrevalenceTracker
-from .updates import MemoizedUpdate, classifier_decay
+from .updates import MemoizedUpdate, classifier_decay, schedule_advance, schedule_step
 
 ENGINES = ("lsparse", "alias")
 UPDATES = ("stochastic", "memoized")
@@ -237,7 +237,7 @@ class TopicModel:
         weights) for learning the topics, then trains the classifier.
         """
         t0 = time.perf_counter()
-        alpha_used, version_before = self.state.alpha, self.state.version
+        alpha_used, version_before, steps_before = self.state.alpha, self.state.version, self.state.steps
         labels = self._batch_labels(batch, labels)
         if learn and not self.state.initialized and batch.n_tokens > 0:
             self.initialize(batch)
@@ -259,7 +259,7 @@ class TopicModel:
             # head_key (fit's stochastic laps): a revisited batch replaces its classifier statistics
             info["supervised"] = self.head.update(normalise_rows(feats), labels,
                                                   batch_key=batch_key if batch_key is not None else head_key,
-                                                  decay=classifier_decay(self.updater, self.state.n_updates,
+                                                  decay=classifier_decay(self.updater, steps_before, batch.n_docs,
                                                                          self.options.supervision.decay))
             if result is not pre:
                 sup_counts = result.doc_topic
@@ -314,11 +314,8 @@ class TopicModel:
         reset_topics(self.state, reborn)
         info = self._apply(summary, objective, batch_key) | ({"births": list(reborn)} if len(reborn) else {})
         if self.alpha_learned:
-            info["alpha"] = self.state.alpha = learned_alpha(self.options.update, self.state, doc_topic)
-        self.state.docs_seen += n_docs
-        self.state.tokens_seen += n_tokens
-        self.state.n_updates += 1
-        self.state.version += 1
+            info["alpha"] = self.state.alpha = learned_alpha(self.options.update, self.state, doc_topic, n_docs)
+        self.state.count_update(n_docs, n_tokens, schedule_advance(n_docs))
         self.trends.observe(doc_topic.sum(axis=0), self.state.version)
         return info
 
@@ -526,11 +523,11 @@ def initial_alpha(alpha, n_topics: int, flat_default: bool) -> tuple[float, bool
     return (SUPERVISED_ALPHA if alpha is None else float(alpha)), False
 
 
-def learned_alpha(update, state, doc_topic: np.ndarray) -> float:
-    """alpha after this batch's Newton step, on the stochastic schedule (the defaults' under a
-    memoized update)."""
+def learned_alpha(update, state, doc_topic: np.ndarray, n_docs: int) -> float:
+    """alpha after this batch's (``n_docs`` documents) Newton step, on the stochastic schedule (the
+    defaults' under a memoized update)."""
     u = update if isinstance(update, Stochastic) else Stochastic()
-    rho = max(u.rho_min, (u.delay + state.n_updates + 1) ** -u.forgetting_rate)
+    rho = schedule_step(u.delay, u.forgetting_rate, u.rho_min, state.steps, n_docs)
     return alpha_step(state.alpha, doc_topic, rho)
 
 

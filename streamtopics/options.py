@@ -209,7 +209,8 @@ def _corpus_size_ok(v) -> bool:
 
 @dataclass(frozen=True)
 class Stochastic(_Option):
-    """Stochastic (SVI) update: step rho_t = max(rho_min, (delay + t)^-forgetting_rate), a batch
+    """Stochastic (SVI) update: step rho_t = max(rho_min, (delay + t)^-forgetting_rate), t counting
+    batches of 256 documents (a smaller batch is that fraction of a step, docs/defaults.md §5), a batch
     scaled to ``corpus_size`` documents (None: the rule of ``updates``; "seen": documents so far);
     ``births``: dead topics are reseeded from the batch (``births``; L-sparse engine)."""
 

@@ -163,6 +163,9 @@ class ModelState:
         self.docs_seen = 0
         self.tokens_seen = 0.0
         self.n_updates = 0
+        # position of the stochastic step schedule: updates, a batch under STEP_DOCS documents
+        # counting as its fraction of one (updates.schedule_step)
+        self.steps = 0.0
         self.version = 0
         self.initialized = False
         # Pseudo-count every (word, topic) starts with, in mu units: like Hoffman et al.'s
@@ -355,6 +358,14 @@ class ModelState:
         for k in topics:
             self.mu_totals[k] = self.n_words * self.smoothing
 
+    def count_update(self, n_docs: int, n_tokens: float, steps: float) -> None:
+        """Count an update that learned ``n_docs`` documents of ``n_tokens`` tokens, ``steps`` of the schedule."""
+        self.docs_seen += n_docs
+        self.tokens_seen += n_tokens
+        self.n_updates += 1
+        self.steps += steps
+        self.version += 1
+
     def refresh_totals(self) -> None:
         """Recompute the running topic totals exactly (bounds drift from many small adds)."""
         self.mu_totals = self.mu[: self.n_words].sum(axis=0)
@@ -365,7 +376,7 @@ class ModelState:
             "n_topics": self.n_topics, "alpha": self.alpha, "beta": self.beta, "scale": self.scale,
             "n_words": self.n_words, "docs_seen": self.docs_seen, "tokens_seen": self.tokens_seen,
             "n_updates": self.n_updates, "version": self.version, "initialized": self.initialized,
-            "smoothing": self.smoothing,
+            "smoothing": self.smoothing, "steps": self.steps,
         }
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -398,6 +409,7 @@ class ModelState:
         s.docs_seen = int(header["docs_seen"])
         s.tokens_seen = float(header["tokens_seen"])
         s.n_updates = int(header["n_updates"])
+        s.steps = float(header.get("steps", s.n_updates))  # snapshots before it: every update was one step
         s.version = int(header["version"])
         s.initialized = bool(header["initialized"])
         s.smoothing = float(header.get("smoothing", 0.0))

@@ -2,6 +2,10 @@
 
 * ``StochasticUpdate`` (SVI, Hoffman et al.):
   lambda <- (1 - rho_t) lambda + rho_t (beta + (D_t/|B|) S_B),  rho_t = max(rho_min, (delay + t)^-kappa).
+  t is the schedule's position (``ModelState.steps``), in batches of STEP_DOCS = 256 documents: a
+  batch of |B| < STEP_DOCS documents is that fraction of one, advances t by |B|/STEP_DOCS and takes
+  1 - (1 - rho_t)^(|B|/STEP_DOCS), so a stream cut by time into small batches learns as one cut into
+  batches of 256; a larger batch is one step (``schedule_step``, docs/defaults.md §5).
   D_t is the effective corpus size.  ``corpus_size=None`` (the default) needs no knowledge
   of the stream and does not depend on K (docs/defaults.md derives it):
 
@@ -42,8 +46,13 @@ import numpy as np
 from .options import CORPUS_SIZE_RULES, Memoized, Stochastic, check_corpus_size
 from .summary import Summary
 
-__all__ = ["CORPUS_SIZE_RULES", "RARE_WORD_COUNTS", "MemoizedUpdate", "StochasticUpdate", "check_corpus_size",
-           "corpus_size_floor", "step_size_floor"]
+__all__ = ["CORPUS_SIZE_RULES", "RARE_WORD_COUNTS", "STEP_DOCS", "MemoizedUpdate", "StochasticUpdate",
+           "check_corpus_size", "corpus_size_floor", "schedule_advance", "schedule_rho", "schedule_step",
+           "step_size_floor"]
+
+# The unit of the step schedule: delay and forgetting_rate count steps of this many documents (the
+# default minibatch); a smaller batch is a fraction of a step (docs/defaults.md §5).
+STEP_DOCS = 256
 
 # Expected counts the rarest word of the vocabulary should hold under the default D_t
 # (docs/defaults.md §1): ~2 occupied topics x ~10 counts each (digamma bias 1/(2x) ~ 0.05 nats).
@@ -56,6 +65,30 @@ def corpus_size_floor(n_words: int, mean_len: float) -> float:
     c H(V) expected counts per word, so its rarest words hold about c (H: harmonic number)."""
     V = max(int(n_words), 1)
     return RARE_WORD_COUNTS * (math.log(V) + _EULER_GAMMA) * V / max(float(mean_len), 1.0)
+
+
+def schedule_rho(delay: float, forgetting_rate: float, rho_min: float, t: float) -> float:
+    """The schedule max(rho_min, (delay + t)^-forgetting_rate) at position t, at most 1."""
+    return min(1.0, max(rho_min, (delay + t) ** -forgetting_rate))
+
+
+def schedule_advance(n_docs: int) -> float:
+    """How far a batch of ``n_docs`` documents moves the schedule: min(1, n_docs / STEP_DOCS) steps."""
+    return min(1.0, max(int(n_docs), 0) / STEP_DOCS)
+
+
+def schedule_step(delay: float, forgetting_rate: float, rho_min: float, steps_before: float, n_docs: int) -> float:
+    """Step of a batch of ``n_docs`` documents learned at schedule position ``steps_before``: with
+    m = ``schedule_advance``, 1 - (1 - rho(steps_before + m))^m, the composition of the m-steps a
+    batch of m STEP_DOCS documents stands for; rho(t) itself for a batch of STEP_DOCS or more, so
+    a stream of such batches steps exactly as t = the update number."""
+    m = schedule_advance(n_docs)
+    if m <= 0.0:
+        return 0.0
+    r = schedule_rho(delay, forgetting_rate, rho_min, steps_before + m)
+    if m == 1.0 or r >= 1.0:
+        return r
+    return -math.expm1(m * math.log1p(-r))
 
 
 def step_size_floor(batch_docs: int, rho: float) -> float:
@@ -76,15 +109,18 @@ class StochasticUpdate:
         self.rho_min = float(rho_min)
         self.corpus_size = corpus_size
 
-    def rho(self, t: int) -> float:
-        """Step size of update number t (1-based)."""
-        return max(self.rho_min, (self.delay + t) ** -self.forgetting_rate)
+    def rho(self, t: float) -> float:
+        """The schedule at position t (the update number t when every batch holds STEP_DOCS documents)."""
+        return schedule_rho(self.delay, self.forgetting_rate, self.rho_min, t)
+
+    def step(self, steps_before: float, n_docs: int) -> float:
+        """Step of a batch of ``n_docs`` documents learned at position ``steps_before`` (``schedule_step``)."""
+        return schedule_step(self.delay, self.forgetting_rate, self.rho_min, steps_before, n_docs)
 
     def apply(self, state, summary: Summary, key=None) -> dict:
         if summary.n_docs == 0:
             return {"rho": 0.0}
-        t = state.n_updates + 1
-        rho = self.rho(t)
+        rho = self.step(state.steps, summary.n_docs)
         D = self.effective_corpus_size(state, summary, rho)
         # lambda - beta <- (1-rho)(lambda - beta) + rho (D/|B|) S
         state.decay(1.0 - rho)
@@ -99,7 +135,7 @@ class StochasticUpdate:
             return float(self.corpus_size)
         seen = state.docs_seen + summary.n_docs
         if self.rho_min > 0.0:  # bounded memory: the window the floor step averages over
-            seen = min(seen, summary.n_docs * (2.0 - self.rho_min) / self.rho_min)
+            seen = min(seen, max(summary.n_docs, STEP_DOCS) * (2.0 - self.rho_min) / self.rho_min)
         if self.corpus_size == "seen":
             return float(seen)
         mean_len = (state.tokens_seen + summary.n_tokens) / max(state.docs_seen + summary.n_docs, 1)
@@ -192,15 +228,16 @@ class MemoizedUpdate:
         self.cache = OrderedDict(items)
 
 
-def classifier_decay(updater, n_updates: int, override: float | None = None) -> float:
-    """Weight a supervised head's carried statistics keep when it learns the batch the topics
-    just learned (update number ``n_updates``): ``override`` (``sup_decay``) if set, else the
-    topics' own 1 - rho_t under the stochastic update and 1 under the memoized one.  Its features
+def classifier_decay(updater, steps_before: float, n_docs: int, override: float | None = None) -> float:
+    """Weight a supervised head's carried statistics keep when it learns the batch of ``n_docs``
+    documents the topics just learned at schedule position ``steps_before``: ``override``
+    (``sup_decay``) if set, else the topics' own 1 - rho_t under the stochastic update and 1 under
+    the memoized one.  Its features
     were computed with topics that update has since moved by that step (docs/supervised.md §4,
     "The classifier forgets at the topics' rate")."""
     if override is not None:
         return float(override)
-    if isinstance(updater, StochasticUpdate) and n_updates > 0:
-        return 1.0 - updater.rho(n_updates)
+    if isinstance(updater, StochasticUpdate) and n_docs > 0:
+        return 1.0 - updater.step(steps_before, n_docs)
     return 1.0
 

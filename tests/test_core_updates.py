@@ -9,7 +9,7 @@ import pytest
 from streamtopics.model import TopicModel
 from streamtopics.state import ModelState
 from streamtopics.summary import Summary
-from streamtopics.updates import MemoizedUpdate, StochasticUpdate
+from streamtopics.updates import STEP_DOCS, MemoizedUpdate, StochasticUpdate, schedule_advance
 
 K = 3
 V = 8
@@ -74,17 +74,50 @@ def test_stochastic_rejects_bad_parameters(kwargs, name):
         StochasticUpdate(**kwargs)
 
 
+def test_a_small_batch_is_a_fraction_of_a_step():
+    """A batch of STEP_DOCS documents or more takes rho(t) at t = its position + 1; a batch of b < STEP_DOCS
+    advances the schedule by b / STEP_DOCS and takes that fraction of the step, so eight batches of 32
+    keep what one batch of 256 keeps (to first order in the schedule's slope)."""
+    u = StochasticUpdate(delay=10.0, forgetting_rate=0.7)
+    for t in (1, 2, 30):
+        assert u.step(t - 1, STEP_DOCS) == u.rho(t) == u.step(t - 1, 4 * STEP_DOCS)
+    assert u.step(1.0, 32) == pytest.approx(1.0 - (1.0 - u.rho(1.125)) ** 0.125, rel=1e-14)
+    assert schedule_advance(32) == 0.125 and schedule_advance(STEP_DOCS) == schedule_advance(10**6) == 1.0
+    kept8 = np.prod([1.0 - u.step(10 + j / 8, 32) for j in range(8)])
+    assert kept8 == pytest.approx(1.0 - u.rho(11), rel=0.01)
+    assert u.step(0.0, 0) == 0.0
+    assert StochasticUpdate(delay=0.0, forgetting_rate=0.6).step(0.0, 1) == 1.0  # rho(t) > 1 at t < 1: capped
+    floor = StochasticUpdate(delay=1.0, forgetting_rate=0.6, rho_min=0.2)
+    assert floor.step(10**7, STEP_DOCS) == 0.2 and floor.step(10**7, 64) == pytest.approx(1.0 - 0.8 ** 0.25)
+
+
+def test_the_schedule_position_counts_fractions_and_is_saved():
+    """TopicModel.learn advances ``state.steps`` by min(1, |B| / STEP_DOCS); a snapshot keeps it, and a
+    snapshot written before the field restores it as the update count (every update was one step)."""
+    docs = [[f"w{i % 30}", f"w{(i * 7) % 30}", "x"] for i in range(600)]
+    m = TopicModel(n_topics=4, seed=0)
+    for lo, hi in ((0, 64), (64, 96), (96, 96 + 300)):
+        m.partial_fit(docs[lo:hi])
+    assert m.state.n_updates == 3 and m.state.steps == 0.25 + 0.125 + 1.0
+    header = m.state.header()
+    back = ModelState.restore(header, m.state.arrays())
+    assert back.steps == m.state.steps
+    del header["steps"]
+    assert ModelState.restore(header, m.state.arrays()).steps == 3.0
+
+
 @pytest.mark.parametrize("n_updates,rho_min", [(0, 0.0), (4, 0.0), (500, 0.2)])
 def test_stochastic_update_matches_hand_computation(n_updates, rho_min):
     rng = np.random.default_rng(n_updates)
     st = make_state(rng)
     st.n_updates = n_updates
+    st.steps = float(n_updates)
     lam_old = st.lam().copy()
     s = make_summary(rng, [0, 2, 3, 7], n_docs=5)
     upd = StochasticUpdate(delay=2.0, forgetting_rate=0.7, rho_min=rho_min, corpus_size=100)
     info = upd.apply(st, s)
-    rho = max(rho_min, (2.0 + n_updates + 1) ** -0.7)
-    assert info["rho"] == rho and info["corpus_size"] == 100
+    rho = 1.0 - (1.0 - max(rho_min, (2.0 + n_updates + 5 / STEP_DOCS) ** -0.7)) ** (5 / STEP_DOCS)
+    assert info["rho"] == pytest.approx(rho, rel=1e-14) and info["corpus_size"] == 100
     expected = (1 - rho) * lam_old + rho * (BETA + 100 / 5 * dense(s))
     np.testing.assert_allclose(st.lam(), expected, rtol=1e-12, atol=0)
     np.testing.assert_allclose(st.lam_totals(), expected.sum(axis=0), rtol=1e-12)
@@ -98,7 +131,7 @@ def test_stochastic_seen_corpus_size_is_batch_on_first_update():
     s = make_summary(rng, [1, 4], n_docs=7)
     info = StochasticUpdate(delay=1.0, forgetting_rate=0.6, corpus_size="seen").apply(st, s)
     assert info["corpus_size"] == 7
-    rho = 2.0 ** -0.6
+    rho = 1.0 - (1.0 - (1.0 + 7 / STEP_DOCS) ** -0.6) ** (7 / STEP_DOCS)
     np.testing.assert_allclose(st.lam(), (1 - rho) * lam_old + rho * (BETA + dense(s)), rtol=1e-12)
 
 
@@ -119,9 +152,10 @@ def test_stochastic_scale_renormalisation_keeps_lambda():
     st = make_state(rng, scale=1.2e-60)  # one decay by (1 - rho) ~ 0.76 drops it below 1e-60
     st.smoothing = 1.5
     st.n_updates = 9
+    st.steps = 9.0
     lam_old = st.lam().copy()
-    s = make_summary(rng, [0, 5, 6], n_docs=3)
-    upd = StochasticUpdate(delay=1.0, forgetting_rate=0.6, corpus_size=30)
+    s = make_summary(rng, [0, 5, 6], n_docs=STEP_DOCS)
+    upd = StochasticUpdate(delay=1.0, forgetting_rate=0.6, corpus_size=30 * STEP_DOCS // 3)
     upd.apply(st, s)
     assert st.scale == 1.0  # the tiny scale was folded into mu
     rho = 11.0 ** -0.6

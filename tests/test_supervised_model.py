@@ -350,11 +350,15 @@ def test_classifier_forgets_at_the_topics_rate(corpus):
     m.partial_fit(docs[:60], labels=cls[:60])
     m.partial_fit(docs[60:120], labels=cls[60:120])
     assert m.state.n_updates == 2 and np.abs(m.head.A).sum() > 0
-    assert classifier_decay(m.updater, 2) == pytest.approx(1.0 - m.updater.rho(2))
-    assert 0.0 < classifier_decay(m.updater, 2) < classifier_decay(m.updater, 200) < 1.0
-    assert classifier_decay(m.updater, 2, 0.9) == 0.9
+    first = 60 / 256
+    assert m.state.steps == pytest.approx(2 * first)
+    assert classifier_decay(m.updater, first, 60) == pytest.approx(1.0 - m.updater.step(first, 60))
+    assert 0.0 < classifier_decay(m.updater, first, 60) < classifier_decay(m.updater, 200.0, 60) < 1.0
+    # a batch of 60 documents is 60/256 of a step: it forgets less than a batch of 256 at the same point
+    assert classifier_decay(m.updater, first, 256) < classifier_decay(m.updater, first, 60)
+    assert classifier_decay(m.updater, first, 60, 0.9) == 0.9
     memo = TopicModel(n_topics=4, supervision="hinge", update="memoized")
-    assert classifier_decay(memo.updater, 2) == 1.0
+    assert classifier_decay(memo.updater, first, 60) == 1.0
     # begin_batch applies the decay it is given (process passes classifier_decay's)
     h = SupervisedHead(4, "hinge", seed=0)
     h.A[:] = 1.0

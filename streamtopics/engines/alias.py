@@ -305,10 +305,7 @@ class AliasEngine:
         state.scale = 1.0
         state.smoothing = 0.0
         state.refresh_totals()
-        state.docs_seen += batch.n_docs
-        state.tokens_seen += N
-        state.n_updates += 1
-        state.version += 1
+        state.count_update(batch.n_docs, N, 1.0)  # a whole corpus: one step of the schedule
         state.initialized = True
         stats.update(docs=batch.n_docs, tokens=N,
                      tokens_per_s=N * stats["sweeps"] / stats["sampling_seconds"]

@@ -415,7 +415,7 @@ def digest(model) -> str:
     h.update("\x00".join(model.vocab.words).encode())
     h.update(np.ascontiguousarray(model.vocab.counts).tobytes())
     h.update(np.float64(st.alpha).tobytes())
-    h.update(np.array([st.docs_seen, st.tokens_seen, st.n_updates, st.version], dtype=np.float64).tobytes())
+    h.update(np.array([st.docs_seen, st.tokens_seen, st.n_updates, st.version, st.steps], dtype=np.float64).tobytes())
     if model.head is not None:
         header, arrays = model.head.state()
         h.update(msgpack.packb(header, use_bin_type=True))
@@ -626,10 +626,11 @@ class Replica:
             return
         doc_topic = _dense_rows(rec.doc_ptr, rec.doc_topics, rec.doc_values, model.n_topics)
         summary = self._summary(rec)
+        steps_before = model.state.steps
         model.learn(summary, rec.objective, doc_topic, rec.n_docs, rec.n_tokens, batch_key, rec.reborn)
         self._touch(summary.word_ids)
         if rec.targets is not None and model.head is not None:
-            self._learn_head(rec, doc_topic, batch_key)
+            self._learn_head(rec, doc_topic, batch_key, steps_before)
 
     def _note_partial(self, src: Source, offset: int) -> None:
         """A skipped record that overlaps the learned ranges only in part: its uncovered offsets
@@ -670,7 +671,7 @@ class Replica:
             return f"{type(exc).__name__}: {exc}"
         return None
 
-    def _learn_head(self, rec: UpdateRecord, doc_topic: np.ndarray, batch_key) -> None:
+    def _learn_head(self, rec: UpdateRecord, doc_topic: np.ndarray, batch_key, steps_before: float) -> None:
         """The classifier learns the record's labelled documents as ``TopicModel.process`` has it
         learn a batch: calibrate on the lengths, then update on the features."""
         head = self.model.head
@@ -678,7 +679,7 @@ class Replica:
         feats = doc_topic
         if rec.sup_ptr.size > 1:
             feats = _dense_rows(rec.sup_ptr, rec.sup_topics, rec.sup_values, self.model.n_topics)
-        decay = classifier_decay(self.model.updater, self.model.state.n_updates, self.model.options.supervision.decay)
+        decay = classifier_decay(self.model.updater, steps_before, rec.n_docs, self.model.options.supervision.decay)
         head.update(normalise_rows(feats), rec.targets, batch_key=batch_key, decay=decay)
 
     def _summary(self, rec: UpdateRecord) -> Summary:
