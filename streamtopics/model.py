@@ -316,7 +316,7 @@ class TopicModel:
         if self.alpha_learned:
             info["alpha"] = self.state.alpha = learned_alpha(self.options.update, self.state, doc_topic, n_docs)
         self.state.count_update(n_docs, n_tokens, schedule_advance(n_docs))
-        self.trends.observe(doc_topic.sum(axis=0), self.state.version)
+        self.trends.observe(doc_topic.sum(axis=0), self.state.version, schedule_advance(n_docs))
         return info
 
     def memo_key(self, batch_key):

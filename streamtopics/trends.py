@@ -2,8 +2,10 @@
 
 Prevalence of topic k in a batch = its share of the batch's token mass (sum over documents of the
 expected topic counts N_dk, divided by the batch's tokens).  The tracker smooths it with an
-exponential moving average s_t = (1 - a) s_{t-1} + a p_t (a = ``smoothing``; the first batch
-sets s_1 = p_1) and keeps the last ``history`` values as a bounded time series, stored in the
+exponential moving average s_t = (1 - a) s_{t-1} + a p_t (a = ``smoothing`` for a batch of 256
+documents or more; a smaller batch, a fraction m of one, weighs 1 - (1 - a)^m, as the stochastic
+update's step does (docs/defaults.md §5), so a slow stream cut into small batches by time does not
+make noise of its trend; the first batch sets s_1 = p_1) and keeps the last ``history`` values as a bounded time series, stored in the
 model's snapshots.  A topic's recent change is s_now - s_(now - lag); "rising" topics are the
 top-n by change, "fading" the bottom-n.
 """
@@ -35,8 +37,9 @@ class PrevalenceTracker:
     def __len__(self) -> int:
         return min(self._count, self.history)
 
-    def observe(self, topic_mass: np.ndarray, version: int) -> np.ndarray:
-        """Add one batch's token mass per topic (K,); returns the smoothed prevalence."""
+    def observe(self, topic_mass: np.ndarray, version: int, weight: float = 1.0) -> np.ndarray:
+        """Add one batch's token mass per topic (K,), the batch ``weight`` (in (0, 1]) of a full one;
+        returns the smoothed prevalence."""
         mass = np.asarray(topic_mass, dtype=np.float64)
         if mass.shape != (self.n_topics,):
             raise ValueError(f"topic mass must have shape ({self.n_topics},), got {mass.shape}")
@@ -45,7 +48,9 @@ class PrevalenceTracker:
             return self.current()
         p = mass / total
         if self._count:
-            p = (1.0 - self.smoothing) * self._values[(self._count - 1) % self.history] + self.smoothing * p
+            a = self.smoothing if weight >= 1.0 or self.smoothing >= 1.0 else \
+                -math.expm1(max(weight, 0.0) * math.log1p(-self.smoothing))
+            p = (1.0 - a) * self._values[(self._count - 1) % self.history] + a * p
         i = self._count % self.history
         self._values[i] = p
         self._versions[i] = int(version)

@@ -33,6 +33,22 @@ def test_tracker_smooths_bounds_and_ranks():
         t.observe(np.ones(2), 9)
 
 
+def test_a_small_batch_moves_the_trend_by_its_share_of_a_full_one():
+    """Eight batches of 32 documents (weight 1/8 each) move the smoothed prevalence as one of 256 does,
+    so a slow stream's small time-cut batches do not make noise of its trend."""
+    full, parts = PrevalenceTracker(2, smoothing=0.2), PrevalenceTracker(2, smoothing=0.2)
+    for t in (full, parts):
+        t.observe(np.array([1.0, 0.0]), 1)
+    full.observe(np.array([0.0, 1.0]), 2)
+    for v in range(8):
+        parts.observe(np.array([0.0, 1.0]), 2 + v, weight=0.125)
+    np.testing.assert_allclose(parts.current(), full.current(), rtol=1e-12)
+    np.testing.assert_allclose(full.current(), [0.8, 0.2])
+    one = PrevalenceTracker(2, smoothing=1.0)
+    one.observe(np.array([1.0, 0.0]), 1)
+    np.testing.assert_allclose(one.observe(np.array([0.0, 1.0]), 2, weight=0.1), [0.0, 1.0])
+
+
 def test_events_fire_on_prevalence_and_top_word_changes():
     ev = TopicEvents(prevalence_change=0.5, words_changed=2, top_n=3)
     words = [["a", "b", "c"], ["d", "e", "f"]]
