@@ -121,7 +121,9 @@ class TopicExplorer:
         t0 = time.perf_counter()
         st = model.state
         top25 = self._top_ids(model, batch)
-        quality = self.monitor.update(batch.doc_ptr, batch.word_ids, top25[:, : self.top_n],
+        # the monitor's NPMI reads the first top_n columns, its diversity all 25 (was given 10: the
+        # diversity gauge, /topics and snapshots said top-25 and measured top-10)
+        quality = self.monitor.update(batch.doc_ptr, batch.word_ids, top25,
                                       evicted=batch.evicted if batch.evicted.size else None)
         trends = model.trends
         prevalence = trends.current()

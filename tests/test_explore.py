@@ -29,7 +29,7 @@ from streamtopics.config import Config
 from streamtopics.corpora import load_reuters_r8
 from streamtopics.daemon import Daemon
 from streamtopics.explore import TopicExplorer
-from streamtopics.quality import top_word_ids
+from streamtopics.quality import top_word_ids, topic_diversity
 from streamtopics.testing.broker import create_topics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -228,6 +228,8 @@ def test_explorer_alone_on_a_library_model():
         # the candidate-row top words (after the first updates) equal a full scan of the model
         full = top_word_ids(m.state.mu[: m.state.n_words], 10)
         assert [t["top_words"] for t in ex.view["topics"]] == [[m.vocabulary[i] for i in r] for r in full]
+        # diversity is the share of unique words in the top 25 (docs/topic-quality.md), not the top 10
+        assert obs.quality.diversity == topic_diversity(top_word_ids(m.state.mu[: m.state.n_words], 25), 25)
     view = ex.view
     assert view["docs_per_s"] is None and len(view["topics"]) == 5
     assert [set(t["top_words"][:5]) for t in view["topics"]] == [set(m.top_words(k, 5)) for k in range(5)]
