@@ -56,6 +56,7 @@ from .model import TopicModel
 from .service.checkpoint import SnapshotStore, StartRefused
 from .service.checkpointer import Checkpointer
 from .service.hooks import Hooks
+from .service.liveness import Liveness
 from .service.ledger import OffsetLedger
 from .service.partitions import PartitionBook, Span, tp_key
 from .service.outbox import Outbox
@@ -129,9 +130,8 @@ class Daemon:
         if self.replicas is not None:
             self.outbox.on_acked = self.replicas.acked
             self.outbox.encoder = self.outbox.encoder.named(self.replicas.replica_id)
-        self._beat = time.monotonic()
+        self.liveness = Liveness(max(10.0, 5 * cfg.batch.max_wait_ms / 1000.0))
         self.error: BaseException | None = None
-        self.stale_after_s = max(10.0, 5 * cfg.batch.max_wait_ms / 1000.0)
         self._poll_tick_s = min(0.5, max(0.05, cfg.batch.max_wait_ms / 1000.0))
 
     # -- collaborators' state, for callers and tests -------------------------------------
@@ -170,9 +170,7 @@ class Daemon:
     # -- health --------------------------------------------------------------------------
 
     def health(self) -> tuple[bool, dict]:
-        age = time.monotonic() - self._beat
-        alive = age < self.stale_after_s and not self._finished.is_set()
-        return alive, {"loop_heartbeat_age_s": round(age, 3), "stale_after_s": self.stale_after_s}
+        return self.liveness.check(self._finished.is_set())
 
     def readiness(self) -> tuple[bool, dict]:
         return self.telemetry.readiness(self.book, self.model, self._stop.is_set(), self.session.consumer)
@@ -193,9 +191,12 @@ class Daemon:
                     self.hooks.point("poll")
                     rb = self.session.consumer.next_batch(self._poll_tick_s, should_stop=self._stop.is_set)
                     self._tick()
+                    t0 = time.monotonic()
                     if rb is not None:
                         self._process(rb)
                     self._housekeeping()
+                    if rb is not None:
+                        self.liveness.batch_done(time.monotonic() - t0)
                 rc = 0 if self.error is None else 1
             except StartRefused as exc:
                 self.error = exc
@@ -212,11 +213,11 @@ class Daemon:
         return rc if rc or final_ok else 1
 
     def _tick(self) -> None:
-        self._beat = time.monotonic()
+        self.liveness.tick()
 
     def _tick_blocked(self) -> None:
         """Heartbeat while the loop waits on the publisher: keep broker_up and /readyz honest."""
-        self._beat = time.monotonic()
+        self.liveness.tick()
         up = self.session.up()
         if up != self.telemetry.broker_up:
             self.telemetry.on_broker(up)
