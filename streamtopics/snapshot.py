@@ -132,6 +132,20 @@ def encode(header: dict, arrays: dict[str, np.ndarray]) -> list:
     return chunks
 
 
+def process_umask() -> int:
+    """The process's umask, read without changing it (Linux: /proc/self/status; elsewhere set and restored)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_snapshot(path: str | os.PathLike, header: dict, arrays: dict[str, np.ndarray]) -> int:
     """Write atomically: temp file in the same directory, fsync, rename, fsync the directory.
 
@@ -144,6 +158,7 @@ def write_snapshot(path: str | os.PathLike, header: dict, arrays: dict[str, np.n
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, 0o666 & ~process_umask())  # mkstemp's 0600 ignores the umask (readers in the group)
         with os.fdopen(fd, "wb") as f:
             _point("snapshot_write")
             half = len(chunks) // 2

@@ -350,3 +350,16 @@ def test_a_snapshot_with_values_out_of_range_is_refused_by_name(tmp_path):
     refused("mu_totals has shape", edit_arrays=lambda a: a.update(mu_totals=np.zeros(3)))
     refused("unknown random bit generator 'Nope'", lambda h: h["rng"].update(bit_generator="Nope"))
     refused("unknown random bit generator 'default_rng'", lambda h: h["rng"].update(bit_generator="default_rng"))
+
+
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_snapshot_file_mode_follows_the_umask(tmp_path, umask, mode):
+    """Downstream jobs in the daemon's group read its snapshots (deploy/streamtopics.service: UMask=0027);
+    mkstemp alone made every snapshot 0600."""
+    old = os.umask(umask)
+    try:
+        assert snapmod.process_umask() == umask
+        TopicModel(n_topics=3, seed=0).partial_fit([["a", "b"], ["b", "c"]] * 4).save(tmp_path / "m.stsnap")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "m.stsnap").stat().st_mode & 0o777 == mode
