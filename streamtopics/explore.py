@@ -31,7 +31,7 @@ __all__ = ["TopicExplorer", "Observation", "topic_table"]
 _JSON = "application/json"
 _HTML = "text/html; charset=utf-8"
 _JS = "text/javascript; charset=utf-8"
-_TOPIC_PATH = re.compile(r"^/v1/topics/(\d+)$")
+_TOPIC_PATH = re.compile(r"^/v1/topics/(0|[1-9][0-9]{0,8})$")  # no leading zeros, no sign
 
 
 @dataclass(frozen=True)
@@ -296,13 +296,15 @@ class TopicExplorer:
             return 200, self._script, _JS
         if path == "/v1/topics":
             return 200, self.view_json(), _JSON
-        m = _TOPIC_PATH.match(path)
-        if m:
+        if path.startswith("/v1/topics/"):
             view = self.view
-            k = int(m.group(1))
+            m = _TOPIC_PATH.match(path)
             topics = view.get("topics") or []
-            if k >= len(topics):
-                return 404, json.dumps({"error": f"no topic {k}", "n_topics": len(topics)}).encode(), _JSON
+            if m is None or int(m.group(1)) >= len(topics):
+                asked = path[len("/v1/topics/"):]
+                return 404, json.dumps({"error": f"no topic {asked!r}: topics are numbered 0 to {len(topics) - 1}",
+                                        "n_topics": len(topics)}).encode(), _JSON
+            k = int(m.group(1))
             body = {"model_version": view.get("model_version"), **topics[k]}
             return 200, json.dumps(body, default=_default, allow_nan=False).encode(), _JSON
         return None

@@ -294,3 +294,8 @@ def test_export_and_counts_fail_cleanly(tmp_path, capsys):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
+def test_python_dash_m_runs_the_command_line():
+    out = subprocess.run([sys.executable, "-m", "streamtopics", "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "check-config" in out.stdout

@@ -118,6 +118,9 @@ def test_json_views_metrics_and_events(served):
     status, _, one = _get(url + "/v1/topics/3")
     assert status == 200 and json.loads(one)["top_words"] == view["topics"][3]["top_words"]
     assert _get(url + f"/v1/topics/{K}")[0] == 404
+    for bad in ("-1", "abc", "1.5", "", "007"):  # one JSON answer for every topic that is not there
+        status, ctype, body = _get(url + "/v1/topics/" + bad)
+        assert status == 404 and ctype.startswith("application/json") and json.loads(body)["n_topics"] == K
     assert _get(url + "/v1/topics", method="POST")[0] == 501  # no write endpoints
     status, ctype, page = _get(url + "/topics")
     assert status == 200 and ctype.startswith("text/html") and b'src="/topics.js"' in page
