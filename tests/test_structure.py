@@ -89,7 +89,7 @@ def test_no_import_cycles_between_modules():
 
 
 SERVICE_SIDE = ("streamtopics.service", "streamtopics.stream", "streamtopics.testing", "streamtopics.daemon",
-                "streamtopics.cli", "streamtopics.config")
+                "streamtopics.cli", "streamtopics.__main__", "streamtopics.config")  # __main__: python -m = the CLI
 
 
 def _is(name: str, prefixes) -> bool:
