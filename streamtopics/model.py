@@ -315,8 +315,9 @@ class TopicModel:
         info = self._apply(summary, objective, batch_key) | ({"births": list(reborn)} if len(reborn) else {})
         if self.alpha_learned:
             info["alpha"] = self.state.alpha = learned_alpha(self.options.update, self.state, doc_topic, n_docs)
-        self.state.count_update(n_docs, n_tokens, schedule_advance(n_docs))
-        self.trends.observe(doc_topic.sum(axis=0), self.state.version, schedule_advance(n_docs))
+        share = schedule_advance(n_docs)  # of a full step: the schedule's and the trends' weight of this batch
+        self.state.count_update(n_docs, n_tokens, share)
+        self.trends.observe(doc_topic.sum(axis=0), self.state.version, share)
         return info
 
     def memo_key(self, batch_key):

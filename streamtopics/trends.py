@@ -17,6 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .updates import fraction_of_step
+
 __all__ = ["PrevalenceTracker", "TopicEvents"]
 
 
@@ -48,8 +50,7 @@ class PrevalenceTracker:
             return self.current()
         p = mass / total
         if self._count:
-            a = self.smoothing if weight >= 1.0 or self.smoothing >= 1.0 else \
-                -math.expm1(max(weight, 0.0) * math.log1p(-self.smoothing))
+            a = fraction_of_step(self.smoothing, weight)
             p = (1.0 - a) * self._values[(self._count - 1) % self.history] + a * p
         i = self._count % self.history
         self._values[i] = p

@@ -47,7 +47,7 @@ from .options import CORPUS_SIZE_RULES, Memoized, Stochastic, check_corpus_size
 from .summary import Summary
 
 __all__ = ["CORPUS_SIZE_RULES", "RARE_WORD_COUNTS", "STEP_DOCS", "MemoizedUpdate", "StochasticUpdate",
-           "check_corpus_size", "corpus_size_floor", "schedule_advance", "schedule_rho", "schedule_step",
+           "check_corpus_size", "corpus_size_floor", "fraction_of_step", "schedule_advance", "schedule_rho", "schedule_step",
            "step_size_floor"]
 
 # The unit of the step schedule: delay and forgetting_rate count steps of this many documents (the
@@ -85,10 +85,15 @@ def schedule_step(delay: float, forgetting_rate: float, rho_min: float, steps_be
     m = schedule_advance(n_docs)
     if m <= 0.0:
         return 0.0
-    r = schedule_rho(delay, forgetting_rate, rho_min, steps_before + m)
-    if m == 1.0 or r >= 1.0:
-        return r
-    return -math.expm1(m * math.log1p(-r))
+    return fraction_of_step(schedule_rho(delay, forgetting_rate, rho_min, steps_before + m), m)
+
+
+def fraction_of_step(rate: float, m: float) -> float:
+    """1 - (1 - rate)^m: the weight m of a step of size ``rate`` moves (m steps compose to it); ``rate``
+    itself for m >= 1 or rate >= 1.  The stochastic step's and the trends' share of a small batch."""
+    if m >= 1.0 or rate >= 1.0:
+        return rate
+    return -math.expm1(max(m, 0.0) * math.log1p(-rate))
 
 
 def step_size_floor(batch_docs: int, rho: float) -> float:
