@@ -34,6 +34,8 @@ streamtopics_snapshot_failures_total           counter    reason (SNAPSHOT_FAILU
 streamtopics_snapshot_load_failures_total      counter
 streamtopics_dead_letters_total                counter    reason (codec's codes)
 streamtopics_vocabulary_size                   gauge
+streamtopics_vocabulary_dropped_tokens_total   counter
+streamtopics_vocabulary_evicted_words_total    counter
 streamtopics_model_version                     gauge
 streamtopics_documents_per_second              gauge
 streamtopics_tokens_per_second                 gauge
@@ -251,6 +253,14 @@ class Metrics:
             "Labelled documents currently in the prequential window.", registry=r)
         self.vocabulary_size = Gauge("streamtopics_vocabulary_size", "Words in the vocabulary.",
                                      registry=r)
+        self.vocabulary_dropped_tokens = Counter(
+            "streamtopics_vocabulary_dropped_tokens_total",
+            "Tokens of learned documents whose word the full vocabulary refused (vocabulary.policy = "
+            "\"ignore\" at its cap): those words are never modelled. A steady rise means the cap is full.",
+            registry=r)
+        self.vocabulary_evicted_words = Counter(
+            "streamtopics_vocabulary_evicted_words_total",
+            "Words evicted to make room for new ones (vocabulary.policy = \"evict\" at its cap).", registry=r)
         self.model_version = Gauge("streamtopics_model_version",
                                    "Global updates applied to the model.", registry=r)
 
@@ -480,6 +490,16 @@ class Metrics:
     def is_ready(self) -> bool:
         return self._ready_flag
 
+    def follow_readiness(self, ready: HealthCallback) -> None:
+        """The ready gauge reads ``ready()`` (the ``/readyz`` callback) at every scrape; a
+        callback that raises reads as not ready, as on ``/readyz``."""
+        def value() -> float:
+            try:
+                return 1.0 if ready()[0] else 0.0
+            except Exception:  # noqa: BLE001 - a failing probe is "not ready", never a failed scrape
+                return 0.0
+        self.ready.set_function(value)
+
     def set_build_info(self, version: str, engine: str, update: str) -> None:
         self.build_info.info({"version": str(version), "engine": str(engine),
                               "update": str(update)})
@@ -521,6 +541,8 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_dead_letters_total": "counter",
     "streamtopics_messages_dropped_total": "counter",
     "streamtopics_vocabulary_size": "gauge",
+    "streamtopics_vocabulary_dropped_tokens_total": "counter",
+    "streamtopics_vocabulary_evicted_words_total": "counter",
     "streamtopics_model_version": "gauge",
     "streamtopics_documents_per_second": "gauge",
     "streamtopics_tokens_per_second": "gauge",
@@ -575,7 +597,9 @@ class MetricsServer:
     see ``.port``). ``health``/``ready`` return ``(ok, details)``; the endpoint
     answers 200 or 503 with ``{"status": "ok"|"fail", **details}``. A callback
     that raises counts as not ok. Defaults: always healthy; ready follows
-    ``metrics.set_ready()``.
+    ``metrics.set_ready()``. Given a ``ready`` callback, the ``streamtopics_ready`` gauge reads it
+    at each scrape, so the gauge and ``/readyz`` never disagree (a gauge the loop set went stale
+    while the loop waited, e.g. in a recovery).
     """
 
     def __init__(
@@ -591,6 +615,8 @@ class MetricsServer:
         self._routes = routes
         self._health = health or (lambda: (True, {}))
         self._ready = ready or (lambda: (metrics.is_ready, {}))
+        if ready is not None:
+            metrics.follow_readiness(ready)
         handler = _make_handler(self)
         server_cls = _Server
         if ":" in host:  # IPv6 literal

@@ -52,7 +52,7 @@ def server():
 
 
 def test_metrics_endpoint_serves_values(server):
-    srv, m, _ = server
+    srv, m, state = server
     assert srv.port > 0
     m.observe_batch(documents=7, tokens=250)
     m.observe_stage("predict", 0.004)
@@ -63,7 +63,7 @@ def test_metrics_endpoint_serves_values(server):
     m.dead_letter("bad_msgpack", 2)
     m.snapshot_failed(OSError(errno.ENOSPC, "no space"))
     m.vocabulary_size.set(1234)
-    m.set_ready(True)
+    state["ready"] = (True, {})  # the gauge reads /readyz's callback
     m.set_build_info("0.1.0", "alias", "stochastic")
     latency = m.observe_end_to_end(message_timestamp_ms=1_000_000, now=1_000.25)
     assert latency == pytest.approx(0.25)
@@ -174,6 +174,29 @@ def test_raising_callback_is_503_and_unknown_path_404():
         assert _get(f"{srv.url}/readyz")[0] == 200
         assert _get(f"{srv.url}/nope")[0] == 404
         assert _get(f"{srv.url}/metrics?x=1")[0] == 200
+
+
+def test_ready_gauge_reads_the_readyz_callback_at_scrape():
+    """The gauge and /readyz answer from one callback: a gauge set by the loop read 1 while /readyz
+    said 503 when the loop was busy in a recovery (operator audit, 2026-11-28)."""
+    state = {"ok": True}
+
+    def ready():
+        if state.get("raise"):
+            raise RuntimeError("probe failed")
+        return state["ok"], {}
+
+    m = Metrics()
+    m.set_ready(True)  # what the loop last set; the callback must win over it
+    with MetricsServer(m, ready=ready) as srv:
+        def gauge():
+            text = _get(f"{srv.url}/metrics")[2].decode()
+            return [ln for ln in text.splitlines() if ln.startswith("streamtopics_ready ")]
+        assert gauge() == ["streamtopics_ready 1.0"] and _get(f"{srv.url}/readyz")[0] == 200
+        state["ok"] = False
+        assert gauge() == ["streamtopics_ready 0.0"] and _get(f"{srv.url}/readyz")[0] == 503
+        state["raise"] = True
+        assert gauge() == ["streamtopics_ready 0.0"] and _get(f"{srv.url}/readyz")[0] == 503
 
 
 def test_concurrent_scrapes_and_stop():
