@@ -359,3 +359,35 @@ def test_end_to_end_latency_starts_at_the_kafka_timestamp_not_the_event_time(tmp
     assert out.origins() == [1_800_000_000.0, 1_800_000_000.001, 1_800_000_000.002]
     records[1].timestamp = -1  # no timestamp: not observed
     assert np.isnan(BatchProcessor().run(model, records, decoded, "k1").origins()[1])
+
+
+def test_words_the_full_vocabulary_refuses_are_counted_and_logged_once(caplog):
+    """At its cap under policy "ignore" the vocabulary dropped new words with no trace: one-off
+    tokens (ids, URLs) filled a 200k cap and later words were never modelled (operator audit)."""
+    import logging
+
+    from streamtopics.model import TopicModel
+    from streamtopics.service.telemetry import Telemetry
+
+    tel = Telemetry()
+
+    def counter(name):
+        return tel.metrics.registry.get_sample_value(name) or 0.0
+
+    m = TopicModel(n_topics=2, vocab_cap=3, vocab_policy="ignore", seed=0)
+    with caplog.at_level(logging.WARNING, logger="streamtopics"):
+        m.partial_fit([["aa", "bb", "cc", "aa"]])
+        tel.on_inference(m.last_stats)
+        assert counter("streamtopics_vocabulary_dropped_tokens_total") == 0
+        m.partial_fit([["dd", "aa", "dd", "ee"]])  # dd twice and ee: three tokens refused
+        tel.on_inference(m.last_stats)
+        m.partial_fit([["ff", "bb"]])
+        tel.on_inference(m.last_stats)
+    assert counter("streamtopics_vocabulary_dropped_tokens_total") == 4
+    assert sum("vocabulary is full" in r.getMessage() for r in caplog.records) == 1
+
+    ev = TopicModel(n_topics=2, vocab_cap=3, vocab_policy="evict", seed=0)
+    ev.partial_fit([["aa", "bb", "cc"]])
+    ev.partial_fit([["dd", "ee"]])
+    tel.on_inference(ev.last_stats)
+    assert counter("streamtopics_vocabulary_evicted_words_total") == 2

@@ -57,6 +57,7 @@ class Telemetry:
         self.standby_ready = False  # replicas: a member with no partition is a ready standby (readiness)
         self.update_log_wait: float | None = None  # replicas: seconds a batch has waited for the log (readiness)
         self.prequential: deque[bool] = deque(maxlen=prequential_window)
+        self._vocabulary_full_logged = False
         self.prequential_accuracy: float | None = None
         # (documents learned, windowed accuracy) once per batch; bounded for a never-ending stream
         self.prequential_curve: deque[tuple[int, float]] = deque(maxlen=2000)
@@ -195,6 +196,7 @@ class Telemetry:
         if iterations is not None:
             for it in np.asarray(iterations).tolist():
                 m.local_iterations.observe(it)
+        self.on_vocabulary(st.get("dropped_tokens") or 0, st.get("evicted_words") or 0)
         if st.get("restarts_tried"):
             m.restart_acceptance_ratio.set(st["restarts_accepted"] / st["restarts_tried"])
         obj = st.get("objective_per_token")
@@ -207,6 +209,19 @@ class Telemetry:
             m.alias_rebuilds.inc(st["alias_rebuilds"])
         if st.get("births"):
             m.topic_births.inc(len(st["births"]))
+
+    def on_vocabulary(self, dropped_tokens: int, evicted_words: int) -> None:
+        """Tokens the full vocabulary refused and words it evicted in a learned batch; the first
+        refusal is logged (once per process), since those words are never modelled."""
+        if dropped_tokens > 0:
+            self.metrics.vocabulary_dropped_tokens.inc(dropped_tokens)
+            if not self._vocabulary_full_logged:
+                self._vocabulary_full_logged = True
+                log.warning("the vocabulary is full: new words are not modelled (counted in "
+                            "streamtopics_vocabulary_dropped_tokens_total); raise [model.vocabulary] cap or "
+                            "set policy = \"evict\"", extra={"dropped_tokens": int(dropped_tokens)})
+        if evicted_words > 0:
+            self.metrics.vocabulary_evicted_words.inc(evicted_words)
 
     def on_predictions(self, predicted: list, truths: list, docs_seen: int) -> None:
         """Predictions made before learning vs the labels that came with the documents."""
