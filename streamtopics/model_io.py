@@ -64,6 +64,7 @@ def restore_model(cls, header: dict, arrays: dict):
     """The model of ``cls`` the parts describe."""
     if header.get("kind") != SNAPSHOT_KIND:
         raise ValueError(f"not a TopicModel snapshot (kind={header.get('kind')!r})")
+    _check_kinds(header)
     model = cls(**header["params"])
     model.state = ModelState.restore(header["state"], arrays)
     voc = header["vocabulary"]
@@ -89,6 +90,22 @@ def restore_model(cls, header: dict, arrays: dict):
     model.snapshot_info = {"created": header.get("created"), "offsets": header.get("offsets", {}),
                            "extra": header.get("extra", {})}
     return model
+
+
+def _check_kinds(header: dict) -> None:
+    """The option kinds the snapshot describes (engine, update, supervision loss) must be the ones
+    its params build: a file that names a kind this version does not know (written by a newer
+    streamtopics, or edited) is refused by name instead of loading as the default engine."""
+    params = header.get("params") or {}
+    described = header.get("options") or {}
+    for slot in ("engine", "update"):
+        desc = described.get(slot)
+        kind = desc.get("kind") if isinstance(desc, dict) else None
+        param = params.get(slot)
+        param_kind = param.get("kind") if isinstance(param, dict) else param
+        if kind is not None and isinstance(param_kind, str) and kind != param_kind:
+            raise ValueError(f"snapshot describes {slot} {kind!r} but its params build {param_kind!r}: written by "
+                             f"another streamtopics version, or edited; not loaded")
 
 
 def _memo_items(header: dict, arrays: dict) -> list:

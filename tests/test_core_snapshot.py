@@ -350,6 +350,11 @@ def test_a_snapshot_with_values_out_of_range_is_refused_by_name(tmp_path):
     refused("mu_totals has shape", edit_arrays=lambda a: a.update(mu_totals=np.zeros(3)))
     refused("unknown random bit generator 'Nope'", lambda h: h["rng"].update(bit_generator="Nope"))
     refused("unknown random bit generator 'default_rng'", lambda h: h["rng"].update(bit_generator="default_rng"))
+    # a kind this version does not know (a newer writer): refused by name, not loaded as lsparse
+    refused("describes engine 'neural' but its params build 'lsparse'",
+            lambda h: h["options"]["engine"].update(kind="neural"))
+    refused("describes update 'federated'", lambda h: h["options"]["update"].update(kind="federated"))
+    refused("its params build 'neural'", lambda h: h["params"].update(engine="neural"))
 
 
 @pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
