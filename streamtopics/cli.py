@@ -119,7 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    from .config import ENV_PREFIX
+    from .config import ENV_PREFIX, config_warnings
     from .model_config import resolved
 
     args.file = args.file or str(DEFAULT_CONFIG)
@@ -130,6 +130,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     overrides = sorted(k for k in os.environ if k.startswith(ENV_PREFIX) and "__" in k[len(ENV_PREFIX):])
     print(f"# {args.file}: configuration is valid")
+    for line in config_warnings(cfg):
+        print(f"# warning: {line}")
     if overrides:
         print("# environment overrides: " + ", ".join(overrides))
     print("# effective configuration (secrets shown as ***):\n")

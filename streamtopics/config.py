@@ -65,6 +65,7 @@ __all__ = [
     "TopicsConfig",
     "load_config",
     "check_daemon_config",
+    "config_warnings",
     "model_from_config",
     "param_differences",
     "prequential_window",
@@ -806,6 +807,18 @@ def check_daemon_config(cfg: Config) -> list[str]:
         errs.append('config error: replication.enabled = true needs model.vocab_policy = "ignore" (an evicted '
                     "word's id is reused, so ids in the update log would name other words)")
     return errs
+
+
+def config_warnings(cfg: Config) -> list[str]:
+    """Settings that are valid but that an operator most likely did not mean (check-config prints
+    them, the daemon logs them at start)."""
+    out = []
+    snap = cfg.snapshot
+    if snap.every_batches == 0 and snap.every_seconds == 0:
+        out.append("snapshot.every_batches = 0 and snapshot.every_seconds = 0: snapshots are written only after "
+                   "the first learned batch and at a graceful stop, so after a crash the daemon re-reads and "
+                   "re-learns everything since its start (exactly once, but all of it); set one of them")
+    return out
 
 
 def prequential_window(cfg: Config) -> int:

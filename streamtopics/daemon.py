@@ -48,7 +48,7 @@ from typing import Any
 from kafka import TopicPartition
 
 from . import __version__
-from .config import Config, ConfigError, check_daemon_config, model_from_config, param_differences, prequential_window
+from .config import Config, ConfigError, check_daemon_config, config_warnings, model_from_config, param_differences, prequential_window
 from .explore import TopicExplorer
 from .jit_cache import active_dir
 from .metrics import Metrics, MetricsServer
@@ -83,6 +83,16 @@ def serve_metrics(metrics: Metrics, mcfg, **kw) -> MetricsServer:
         return MetricsServer(metrics, mcfg.host, mcfg.port, **kw)
     except OSError as exc:
         raise MetricsEndpointUnusable(str(exc)) from None
+
+
+def log_start(cfg: Config, instance: str, metrics_url: str | None) -> None:
+    """The start-up record (version, instance, effective configuration) and the configuration's
+    warnings (``config_warnings``)."""
+    log.info("streamtopics daemon starting", extra={
+        "version": __version__, "instance": instance, "config": cfg.to_dict(),
+        "metrics_url": metrics_url, "kernel_cache": active_dir()})
+    for line in config_warnings(cfg):
+        log.warning("configuration: %s", line)
 
 
 class Daemon:
@@ -241,9 +251,7 @@ class Daemon:
         if self.serve_metrics:
             self.server = serve_metrics(self.metrics, cfg.metrics, health=self.health, ready=self.readiness,
                                         routes=self.explorer.route if self.explorer is not None else None)
-        log.info("streamtopics daemon starting", extra={
-            "version": __version__, "instance": self.instance, "config": cfg.to_dict(),
-            "metrics_url": self.metrics_url, "kernel_cache": active_dir()})
+        log_start(cfg, self.instance, self.metrics_url)
         if self.replicas is not None:
             self.replicas.fetch_snapshot(self.checkpoints.store)
         found = self.checkpoints.load()

@@ -299,3 +299,17 @@ def test_export_and_counts_fail_cleanly(tmp_path, capsys):
 def test_python_dash_m_runs_the_command_line():
     out = subprocess.run([sys.executable, "-m", "streamtopics", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "check-config" in out.stdout
+
+
+def test_check_config_warns_when_both_snapshot_triggers_are_off(tmp_path, capsys):
+    """Both triggers at 0 is valid (snapshots after the first batch and at a graceful stop) but a
+    crash then replays everything since the start: check-config said nothing (operator audit)."""
+    path = tmp_path / "c.toml"
+    path.write_text("[snapshot]\nevery_batches = 0\nevery_seconds = 0\n")
+    assert main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "# warning: snapshot.every_batches = 0 and snapshot.every_seconds = 0" in out
+    tomllib.loads(out)  # still a TOML file
+    path.write_text("[snapshot]\nevery_batches = 0\n")
+    assert main(["check-config", str(path)]) == 0
+    assert "warning" not in capsys.readouterr().out
