@@ -316,7 +316,7 @@ class BatchConfig:
 @dataclass(frozen=True)
 class SnapshotConfig:
     dir: str = opt("var/snapshots", "Directory of snapshot files (written atomically).", nonempty=True)
-    every_batches: int = opt(50, "Snapshot every N learned batches; 0 = off.", ge=0)
+    every_batches: int = opt(0, "Snapshot every N learned batches; 0 = off (by time: a snapshot is the whole model).", ge=0)
     every_seconds: float = opt(60.0, "Snapshot at least this often; 0 = off.", ge=0)
     keep: int = opt(5, "Snapshots kept on disk; older ones are deleted.", ge=1)
 
