@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit_cache import njit
-from .parallel import ThreadRunner, claimed
+from .parallel import ThreadRunner, claim_range
 from .summary import Summary
 
 __all__ = ["MAX_BIRTHS", "births_for", "data_mass", "propose_births", "reset_topics", "with_seeds"]
@@ -50,9 +50,12 @@ MAX_BIRTHS = 2
 @njit(cache=True, nogil=True)
 def _topic_rows(counter, bounds, uniq, mu, scale, beta, lam):
     """lam[u] = lambda over the batch's words ``uniq`` (lambda_vk = beta + scale mu_vk), for the
-    row ranges this thread claims (``parallel.claimed``)."""
+    row ranges this thread claims (``parallel.claim_range``)."""
     K = mu.shape[1]
-    for lo, hi in claimed(counter, bounds):
+    while True:
+        lo, hi = claim_range(counter, bounds)
+        if lo < 0:
+            break
         for u in range(lo, hi):
             row = mu[uniq[u]]
             for k in range(K):
@@ -78,7 +81,10 @@ def _doc_cosines(counter, bounds, doc_ptr, local, counts, lam, inv, out):
     """max_k cos(x_d, lam_k) of the documents in the ranges this thread claims."""
     K = lam.shape[1]
     acc = np.zeros(K)
-    for lo, hi in claimed(counter, bounds):
+    while True:
+        lo, hi = claim_range(counter, bounds)
+        if lo < 0:
+            break
         for d in range(lo, hi):
             acc[:] = 0.0
             norm = 0.0

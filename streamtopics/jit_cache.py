@@ -2,7 +2,7 @@
 
 numba keys a cached kernel by the source of its own file only. A kernel inlines the njit
 functions it calls from other modules (``digamma`` from ``_numeric.py`` into ``lsparse.py``,
-``claimed`` from ``parallel.py`` into every threaded kernel), so when only the callee's module
+``claim_range`` from ``parallel.py`` into every threaded kernel), so when only the callee's module
 changes - a ``git pull``, an edit, a partial reinstall - numba still finds the caller's cache
 valid and runs the old inlined code, silently. (It happened here: a digamma change was first
 timed partly on the old digamma.)

@@ -2,7 +2,7 @@
 
 Kernels compiled with ``nogil=True`` release the GIL, so a plain thread pool runs them on
 several cores; each thread enters its kernel once and claims ranges of the work with an atomic
-counter (``claimed``, ``ThreadRunner.run_claimed``).  Ranges' outputs are disjoint slices of
+counter (``claim_range``, ``ThreadRunner.run_claimed``).  Ranges' outputs are disjoint slices of
 preallocated arrays, and anything that is summed is reduced afterwards in a fixed order
 (range by range, or over the whole array), so a result never depends on the number of
 threads or on which thread ran which range.
@@ -149,21 +149,23 @@ def claim_ranges(counter, n):
     return i if i < n else -1
 
 
-@njit(nogil=True)  # not cached: a cached generator is not registered for callers compiled later (numba)
-def claimed(counter, bounds):
-    """The ranges ``(bounds[i], bounds[i + 1])`` this thread claims, until none is left: a kernel
-    run by ``ThreadRunner.run_claimed`` loops ``for lo, hi in claimed(counter, bounds)``."""
-    n = bounds.shape[0] - 1
-    while True:
-        i = claim_ranges(counter, n)
-        if i < 0:
-            return
-        yield bounds[i], bounds[i + 1]
+@njit(cache=True, nogil=True)
+def claim_range(counter, bounds):
+    """The next range ``(bounds[i], bounds[i + 1])`` this thread claims, or ``(-1, -1)`` when none
+    is left: a kernel run by ``ThreadRunner.run_claimed`` loops ``while True: lo, hi =
+    claim_range(counter, bounds); if lo < 0: break``.  Not a generator: a numba generator given
+    arrays keeps a reference to each for good (numba issues #1807, #5350), so every kernel call
+    leaked its ``counter`` and ``bounds`` (~35 arrays a batch, the daemon's RSS grew ~16 B per
+    document without end)."""
+    i = claim_ranges(counter, bounds.shape[0] - 1)
+    if i < 0:
+        return -1, -1
+    return bounds[i], bounds[i + 1]
 
 
 def split_bounds(weights_cum: np.ndarray, parts: int) -> np.ndarray:
     """``split_weighted`` as one int64 array of range bounds (range i: ``b[i]:b[i + 1]``), the
-    form kernels that claim their ranges (``claimed``) read. One numba call: a threaded pass
+    form kernels that claim their ranges (``claim_range``) read. One numba call: a threaded pass
     splits seven times a batch, and the numpy version cost ~50 us each on the serial path."""
     return _split_bounds(np.asarray(weights_cum), int(parts))
 
@@ -218,7 +220,7 @@ class ThreadRunner:
 
     def run_claimed(self, fn) -> list:
         """``fn(counter)`` once on every thread, all with the same ``counter`` (a one-element int64
-        array at 0).  ``fn`` calls a numba kernel that loops ``for lo, hi in claimed(counter, bounds)``,
+        array at 0).  ``fn`` calls a numba kernel that claims ranges with ``claim_range(counter, bounds)``,
         so the ranges are handed out GIL-free inside
         the kernels; a thread never returns to Python between two of them.  (Returning costs little
         alone, but beside a thread that runs Python, such as the daemon's publisher and read-ahead,

@@ -19,7 +19,7 @@ import numpy as np
 
 from ._numeric import digamma
 from .jit_cache import njit
-from .parallel import claimed, flag_read
+from .parallel import claim_range, flag_read
 
 _RESCALE_BELOW = 1e-60
 log = logging.getLogger(__name__)
@@ -77,11 +77,14 @@ def psi_lam_ahead(stop, mu, scale, beta, rows, common):
 
 @njit(cache=True, nogil=True)
 def expected_log_phi_claimed(counter, bounds, mu, scale, beta, rows, psi_tot, common, out, slot, ahead):
-    """``expected_log_phi_rows`` over the ranges this thread claims (``parallel.claimed``); a row
+    """``expected_log_phi_rows`` over the ranges this thread claims (``parallel.claim_range``); a row
     with ``slot[u] >= 0`` takes its psi(lambda) values from row ``slot[u]`` of ``ahead`` (read
     ahead: the same values) instead of computing them."""
     K = mu.shape[1]
-    for lo, hi in claimed(counter, bounds):
+    while True:
+        lo, hi = claim_range(counter, bounds)
+        if lo < 0:
+            break
         for u in range(lo, hi):
             s = slot[u] if slot.shape[0] else -1
             if s < 0:
@@ -95,7 +98,10 @@ def expected_log_phi_claimed(counter, bounds, mu, scale, beta, rows, psi_tot, co
 @njit(cache=True, nogil=True)
 def scatter_claimed(counter, bounds, mu, word_ids, indptr, topics, values, factor):
     """``scatter_rows`` over the ranges this thread claims."""
-    for lo, hi in claimed(counter, bounds):
+    while True:
+        lo, hi = claim_range(counter, bounds)
+        if lo < 0:
+            break
         scatter_rows(mu, word_ids, indptr, topics, values, factor, lo, hi)
     return 0
 

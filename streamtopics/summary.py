@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .jit_cache import njit
-from .parallel import claimed
+from .parallel import claim_range
 
 
 @dataclass
@@ -162,8 +162,11 @@ def summary_words(u0, u1, start, order, cnt, top_idx, top_r, top_n, bound, K, tm
 @njit(cache=True, nogil=True)
 def summary_words_claimed(counter, bounds, start, order, cnt, top_idx, top_r, top_n, bound, K, tmp_topics, tmp_values,
                           count):
-    """``summary_words`` over the word ranges this thread claims (``parallel.claimed``)."""
-    for lo, hi in claimed(counter, bounds):
+    """``summary_words`` over the word ranges this thread claims (``parallel.claim_range``)."""
+    while True:
+        lo, hi = claim_range(counter, bounds)
+        if lo < 0:
+            break
         summary_words(lo, hi, start, order, cnt, top_idx, top_r, top_n, bound, K, tmp_topics, tmp_values, count)
     return 0
 

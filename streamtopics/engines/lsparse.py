@@ -43,7 +43,7 @@ import numpy as np
 
 from .._numeric import digamma, select_top
 from ..jit_cache import njit
-from ..parallel import ThreadRunner, claimed
+from ..parallel import ThreadRunner, claim_range
 from ..state import require_topics
 from ..summary import LocalResult, Summary, summarize_sparse
 
@@ -715,8 +715,11 @@ def dense_doc_reference(C, cnt, alpha, max_iter, tol):
 
 @njit(cache=True, nogil=True)
 def word_top_claimed(counter, bounds, C, L, idx, val, cmax, eC, c0, order, e0):
-    """``word_top_rows`` over the ranges this thread claims (``parallel.claimed``)."""
-    for lo, hi in claimed(counter, bounds):
+    """``word_top_rows`` over the ranges this thread claims (``parallel.claim_range``)."""
+    while True:
+        lo, hi = claim_range(counter, bounds)
+        if lo < 0:
+            break
         word_top_rows(C, L, idx, val, cmax, eC, lo, hi, c0, order, e0)
     return 0
 
@@ -727,10 +730,13 @@ def lsparse_docs_claimed(counter, bounds, C, eC, init_idx, init_val, doc_ptr, lo
                          doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc, sup_rho,
                          sup_kappa):
     """``lsparse_docs`` over the document ranges ``bounds[i]:bounds[i + 1]`` this thread claims
-    (``parallel.claimed``); returns the restarts tried and accepted in them."""
+    (``parallel.claim_range``); returns the restarts tried and accepted in them."""
     tried = 0
     accepted = 0
-    for lo, hi in claimed(counter, bounds):
+    while True:
+        lo, hi = claim_range(counter, bounds)
+        if lo < 0:
+            break
         t, a = lsparse_docs(lo, hi, C, eC, init_idx, init_val, doc_ptr, loc, cnt, alpha, Lc,
                             max_iter, tol, eps, restart_trials, restart_iters, sup, E, V, Y, M, loss, c, ell, sup_eps,
                             sup_damp, doc_topic, top_idx, top_r, top_e, top_n, iters, n_active, data, ent, alloc,
