@@ -391,3 +391,28 @@ def test_words_the_full_vocabulary_refuses_are_counted_and_logged_once(caplog):
     ev.partial_fit([["dd", "ee"]])
     tel.on_inference(ev.last_stats)
     assert counter("streamtopics_vocabulary_evicted_words_total") == 2
+
+
+def test_the_checkpointer_forgets_the_snapshots_it_pruned(tmp_path):
+    """``Checkpointer.known`` (snapshot files this process wrote, loaded or rejected) kept the name
+    of every snapshot ever written: one entry more per snapshot for as long as the daemon ran
+    (operator memory audit). Names of pruned files go; the files still in the directory stay known,
+    so none of them is taken for a newer snapshot of the lineage."""
+    from streamtopics.service.checkpointer import Checkpointer
+    from streamtopics.service.ledger import OffsetLedger
+    from streamtopics.service.telemetry import Telemetry
+
+    cfg = Config.from_dict({"snapshot": {"dir": str(tmp_path), "keep": 2}, "topics": {"input": "docs"},
+                            "model": {"n_topics": 4, "sparsity": 4, "seed": 1}}, env={})
+    cp = Checkpointer(cfg.snapshot, "instance", Telemetry(), lambda name: None)
+    model = model_from_config(cfg.model)
+    ledger = OffsetLedger()
+    for i in range(6):  # six snapshots of six model versions
+        model.partial_fit(FIRST)
+        ledger.learned("docs:0", i, i + 1)
+        path = cp.write(model, ledger, {})
+        cp.prune(path, model.version, early=False)
+    on_disk = {p.name for p in cp.store.files()}
+    assert len(on_disk) == 2 and path.name in on_disk
+    assert cp.known == on_disk
+    assert cp.newer_of_lineage(int(model.state.docs_seen)) is None

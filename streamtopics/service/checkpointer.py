@@ -188,6 +188,9 @@ class Checkpointer:
 
     def prune(self, path: Path, model_version: int, early: bool) -> None:
         removed = self.store.prune()
+        # Only files still in the directory need remembering: one name per snapshot ever written
+        # made this set grow for as long as the daemon ran.
+        self.known.difference_update(p.name for p in removed)
         self._point("snapshot_pruned")
         nbytes, dt, offsets, seq = self._written
         log.info("snapshot written", extra={
