@@ -423,8 +423,14 @@ class TopicModel:
     def predict_scores(self, docs: Sequence) -> np.ndarray:
         """Per-label scores eta_y^T zbar_d, (n_docs, n_labels) in ``label_names`` order
         (regression: (n_docs, 1), the predicted response).  zbar_d comes from the unsupervised
-        local step with the current topics; eta is the average of the retained samples."""
-        return self._need_head().scores(self.zbar_docs(docs))
+        local step with the current topics; eta is the average of the retained samples.  A document
+        with no known word has no score: a NaN row (``predict`` gives it None), not zeros that read
+        as a score of 0 for every label."""
+        head = self._need_head()
+        zbar = self.zbar_docs(docs)
+        S = head.scores(zbar)
+        S[~(zbar.sum(axis=1) > 0)] = np.nan
+        return S
 
     def predict(self, docs: Sequence) -> list:
         """Predicted label per document (multi-class: str, None before any label was seen or for a

@@ -110,6 +110,19 @@ def test_unlabelled_docs_train_topics_and_new_labels_grow(corpus):
     assert m.predict_scores(docs[:3]).shape == (3, 4)
 
 
+def test_a_document_with_no_known_word_has_no_score(corpus):
+    """predict gave it None but predict_scores an all-zero row, which reads as a real score of 0 for
+    every label (supervised audit, 2026-11-28): now a NaN row."""
+    docs, _, cls = corpus
+    for loss in ("hinge", "logistic"):
+        m = TopicModel(n_topics=6, supervision=loss, seed=0, sup_sweeps=2)
+        m.partial_fit(docs[:120], labels=cls[:120])
+        batch = ["", "qqqzz wwwxx never seen", docs[150]]
+        S = m.predict_scores(batch)
+        assert np.isnan(S[:2]).all() and np.isfinite(S[2]).all()
+        assert m.predict(batch)[:2] == [None, None] and m.predict(batch)[2] is not None
+
+
 def test_process_scores_are_prequential(corpus):
     docs, _, cls = corpus
     m = TopicModel(n_topics=6, supervision="logistic", seed=0, sup_sweeps=2)
