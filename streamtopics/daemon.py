@@ -331,6 +331,7 @@ class Daemon:
         if rb is None:  # nothing new in it (or the partition is quarantined)
             return self._collect()
         self.book.in_batch = span = span.read_from(self.book.current_topic_id(rb.topic, client_tid))
+        self.telemetry.on_lag(self.session.consumer.lag())  # housekeeping's comes after: a first batch compiles
         self.hooks.point("batch_received")
         try:
             batch_key = self.book.batch_key(rb.topic, rb.partition, rb.first_offset)
