@@ -426,11 +426,7 @@ class TopicModel:
         local step with the current topics; eta is the average of the retained samples.  A document
         with no known word has no score: a NaN row (``predict`` gives it None), not zeros that read
         as a score of 0 for every label."""
-        head = self._need_head()
-        zbar = self.zbar_docs(docs)
-        S = head.scores(zbar)
-        S[~(zbar.sum(axis=1) > 0)] = np.nan
-        return S
+        return scores_or_nan(self._need_head(), self.zbar_docs(docs))
 
     def predict(self, docs: Sequence) -> list:
         """Predicted label per document (multi-class: str, None before any label was seen or for a
@@ -488,6 +484,13 @@ def predict_from(head: SupervisedHead | None, doc_topic: np.ndarray):
         return None, None
     Z = normalise_rows(doc_topic)
     return head.scores(Z), head.predict(Z)
+
+
+def scores_or_nan(head: SupervisedHead, zbar: np.ndarray) -> np.ndarray:
+    """The head's scores of ``zbar``, a NaN row where a document has no topic mass (no known word)."""
+    S = head.scores(zbar)
+    S[~(zbar.sum(axis=1) > 0)] = np.nan
+    return S
 
 
 def head_trained(head: SupervisedHead | None) -> bool:
