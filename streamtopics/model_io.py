@@ -93,7 +93,7 @@ def restore_model(cls, header: dict, arrays: dict):
 
 
 def _check_kinds(header: dict) -> None:
-    """The option kinds the snapshot describes (engine, update, supervision loss) must be the ones
+    """The option kinds the snapshot describes (engine, update) must be the ones
     its params build: a file that names a kind this version does not know (written by a newer
     streamtopics, or edited) is refused by name instead of loading as the default engine."""
     params = header.get("params") or {}
