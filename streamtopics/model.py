@@ -36,7 +36,7 @@ from .parallel import ThreadRunner, resolve_threads
 from .results import BatchResult
 from .state import ModelState, require_topics
 from .summary import Summary, check_finite
-from .supervised.classifier import SupervisedHead
+from .supervised.classifier import SupervisedHead, no_topic_mass
 from .supervised.targets import conform_targets, is_missing
 from .text import Tokenizer, Vocabulary
 from .trends import PrevalenceTracker
@@ -489,7 +489,7 @@ def predict_from(head: SupervisedHead | None, doc_topic: np.ndarray):
 def scores_or_nan(head: SupervisedHead, zbar: np.ndarray) -> np.ndarray:
     """The head's scores of ``zbar``, a NaN row where a document has no topic mass (no known word)."""
     S = head.scores(zbar)
-    S[~(zbar.sum(axis=1) > 0)] = np.nan
+    S[no_topic_mass(zbar)] = np.nan
     return S
 
 

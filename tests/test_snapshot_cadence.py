@@ -3,6 +3,7 @@ wrote one every few seconds at high throughput (operator audit: K = 100, a full 
 `every_batches = 50`: 164 MB every ~12 s at 1,000 docs/s, ~1 TB a day)."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ SHIPPED = Path(__file__).resolve().parents[1] / "config" / "streamtopics.toml"
 
 def _checkpointer(tmp_path, **snapshot):
     cfg = load_config(SHIPPED)
-    snap = cfg.snapshot.__class__(**{**cfg.snapshot.__dict__, "dir": str(tmp_path), **snapshot})
+    snap = dataclasses.replace(cfg.snapshot, dir=str(tmp_path), **snapshot)
     return Checkpointer(snap, "test", Telemetry(), point=lambda _n: None)
 
 

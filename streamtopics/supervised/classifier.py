@@ -286,6 +286,12 @@ def omega_moments(phi, counts, eta_mean, eta_var=None) -> tuple[np.ndarray, np.n
 
 
 # =========================================================================== helpers
+def no_topic_mass(zbar) -> np.ndarray:
+    """Rows of ``zbar`` with no topic mass (documents none of whose words the model knows): they
+    get no prediction (``SupervisedHead.predict``) and no score (``TopicModel.predict_scores``)."""
+    return ~(np.asarray(zbar, dtype=np.float64).sum(axis=1) > 0)
+
+
 def _csc(Z: np.ndarray):
     """CSC columns of dense Z (D, K): (col_ptr (K+1,), rows, values) sorted by column."""
     kk, dd = np.nonzero(Z.T)
@@ -682,7 +688,7 @@ class SupervisedHead:
         with a positive score; regression: floats. A document with no topic mass (none of its
         words known to the model) gets no prediction: None ([] multi-label), not the first label."""
         S = self.scores(zbar)
-        blank = ~(np.asarray(zbar, dtype=np.float64).sum(axis=1) > 0)
+        blank = no_topic_mass(zbar)
         if self.task == "regression":
             return [None if b else float(v) for v, b in zip(S[:, 0], blank)]
         if self.n_labels == 0:
