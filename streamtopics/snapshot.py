@@ -14,6 +14,12 @@ Layout (little endian)::
 Never pickle: arrays are raw bytes described by dtype/shape, everything else msgpack.
 Loading validates the magic, version, trailer, checksum and every array's declared size
 against the file before allocating anything, and names the file in every error.
+
+Format 2 stores a large array as one zstd frame (level 1; entry ``codec = "zstd"``, ``stored`` =
+its length in the file, ``crc32c`` over the stored bytes) when that is at most 90 % of its raw
+bytes. The topic-word array is most of a snapshot and most of its entries are exactly the
+initial smoothing (words meet few topics): 20NG, K = 100, 73k words, 58.7 MB raw, 79 % of the
+entries at the smoothing, compresses 5.8x in 60 ms. Format-1 files (raw arrays) still load.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from pathlib import Path
 import crc32c
 import msgpack
 import numpy as np
+import zstandard
 
 
 # Callables told the named points inside an atomic write ("snapshot_write", "snapshot_mid_write",
@@ -47,12 +54,16 @@ def _point(name: str) -> None:
 
 MAGIC = b"STOPICS\x00"
 TRAILER_MAGIC = b"STEND\x00\x00\x00"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _PREAMBLE = struct.Struct("<8sIIQ")
 _TRAILER = struct.Struct("<8sII")
 _ALIGN = 64
 _ALLOWED_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<i2", "|i1", "|u1", "<u4", "<u8", "|b1"}
 MAX_HEADER_BYTES = 1 << 31
+# Arrays from this size on are stored zstd-compressed when that saves at least a tenth.
+COMPRESS_MIN_BYTES = 1 << 16
+COMPRESS_KEEP = 0.9
+COMPRESS_LEVEL = 1  # level 3 (zstd's default) gains ~3 % more for ~2x the time on these arrays
 
 
 class SnapshotError(Exception):
@@ -101,10 +112,18 @@ def encode(header: dict, arrays: dict[str, np.ndarray]) -> list:
             raise TypeError(f"array {name!r}: dtype {dt} is not storable in a snapshot")
         # A byte view, not a copy (tobytes): a snapshot write would otherwise hold every array
         # twice, a resident-memory spike of the model's size at each snapshot (seen in the soak).
+        # A compressed array is held once more, at its compressed size.
         raw = a.reshape(-1).view(np.uint8)
-        directory.append({"name": name, "dtype": dt, "shape": list(a.shape), "nbytes": len(raw),
-                          "crc32c": crc32c.crc32c(raw)})
-        blobs.append(raw)
+        entry = {"name": name, "dtype": dt, "shape": list(a.shape), "nbytes": len(raw)}
+        stored = raw
+        if len(raw) >= COMPRESS_MIN_BYTES:
+            packed = zstandard.ZstdCompressor(level=COMPRESS_LEVEL).compress(raw)
+            if len(packed) <= COMPRESS_KEEP * len(raw):
+                stored = packed
+                entry.update(codec="zstd", stored=len(packed))
+        entry["crc32c"] = crc32c.crc32c(stored)
+        directory.append(entry)
+        blobs.append(stored)
     # Offsets depend on the header length, which depends on the offsets: fix the width first.
     for entry in directory:
         entry["offset"] = 2**62
@@ -221,6 +240,27 @@ def _decode_header(raw, head_len: int, path: Path) -> dict:
     return header
 
 
+def _unzstd(view, nbytes: int, path: Path, name: str) -> np.ndarray:
+    """The ``nbytes`` bytes one zstd frame holds, read straight into a new array (no second copy)."""
+    out = np.empty(nbytes, dtype=np.uint8)
+    got, buf = 0, memoryview(out)
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(view, closefd=False) as r:
+            while got < nbytes:
+                n = r.readinto(buf[got:])
+                if not n:
+                    break
+                got += n
+            extra = r.read(1)
+    except zstandard.ZstdError as exc:
+        raise SnapshotError(f"snapshot {path}: array {name!r} is corrupt ({exc})") from exc
+    finally:
+        buf.release()
+    if got != nbytes or extra:
+        raise SnapshotError(f"snapshot {path}: array {name!r} does not decompress to its declared size")
+    return out
+
+
 def read_snapshot(path: str | os.PathLike, verify: bool = True) -> tuple[dict, dict[str, np.ndarray]]:
     """Read and validate a snapshot; returns (header, arrays).  Raises SnapshotError naming the file."""
     path = Path(path)
@@ -262,14 +302,24 @@ def read_snapshot(path: str | os.PathLike, verify: bool = True) -> tuple[dict, d
                 itemsize = np.dtype(dt).itemsize
                 if any(s < 0 for s in shape) or int(np.prod(shape, dtype=np.int64)) * itemsize != nbytes:
                     raise SnapshotError(f"snapshot {path}: array {name!r} size does not match its shape")
-                if off < _PREAMBLE.size + head_len or off + nbytes > body_end:
+                codec = entry.get("codec")
+                if codec not in (None, "zstd"):
+                    raise SnapshotError(f"snapshot {path}: array {name!r} has unsupported codec {codec!r}")
+                stored = nbytes if codec is None else entry.get("stored")
+                if not isinstance(stored, int) or stored < 0:
+                    raise SnapshotError(f"snapshot {path} has a malformed array entry: {entry!r}")
+                if off < _PREAMBLE.size + head_len or off + stored > body_end:
                     raise SnapshotError(f"snapshot {path}: array {name!r} lies outside the file")
-                view = memoryview(mm)[off:off + nbytes]
-                if verify and crc32c.crc32c(view) != entry.get("crc32c"):
+                view = memoryview(mm)[off:off + stored]
+                try:
+                    if verify and crc32c.crc32c(view) != entry.get("crc32c"):
+                        raise SnapshotError(f"snapshot {path}: array {name!r} is corrupt (checksum mismatch)")
+                    if codec is None:
+                        arrays[name] = np.frombuffer(view, dtype=dt).reshape(shape).copy()
+                    else:
+                        arrays[name] = _unzstd(view, nbytes, path, name).view(dt).reshape(shape)
+                finally:
                     view.release()
-                    raise SnapshotError(f"snapshot {path}: array {name!r} is corrupt (checksum mismatch)")
-                arrays[name] = np.frombuffer(view, dtype=dt).reshape(shape).copy()
-                view.release()
     header.pop("arrays")
     return header, arrays
 

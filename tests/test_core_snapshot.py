@@ -206,6 +206,71 @@ def test_appended_garbage_is_detected(snap):
     _expect_error(snap)
 
 
+# -- compression (format 2) ---------------------------------------------------------------------
+
+def _directory(path: Path) -> dict:
+    data = path.read_bytes()
+    import msgpack
+    head = msgpack.Unpacker(raw=False, strict_map_key=False)
+    head.feed(data[24:24 + _head_len(data)])
+    return {e["name"]: e for e in next(head)["arrays"]}
+
+
+def test_large_compressible_arrays_are_stored_compressed_and_load_bit_exact(tmp_path):
+    """The topic-word array is mostly the smoothing value: stored as a zstd frame, a fraction of
+    its raw size; an incompressible array stays raw; both load bit for bit."""
+    rng = np.random.default_rng(0)
+    mostly_flat = np.ones((4096, 50))
+    mostly_flat[rng.integers(0, 4096, 3000), rng.integers(0, 50, 3000)] = rng.random(3000) * 40
+    noise = rng.random(20_000)
+    small = np.arange(10, dtype=np.int64)
+    path = tmp_path / "x.stsnap"
+    n = snapmod.write_snapshot(path, {"kind": "x"}, {"mu": mostly_flat, "noise": noise, "small": small})
+    assert n == path.stat().st_size < mostly_flat.nbytes // 4 + noise.nbytes + 4096
+    entries = _directory(path)
+    assert entries["mu"]["codec"] == "zstd" and entries["mu"]["stored"] < mostly_flat.nbytes // 4
+    assert "codec" not in entries["noise"] and "codec" not in entries["small"]
+    _, arrays = read_snapshot(path)
+    for name, a in (("mu", mostly_flat), ("noise", noise), ("small", small)):
+        assert arrays[name].dtype == a.dtype and arrays[name].tobytes() == a.tobytes(), name
+        assert arrays[name].flags.writeable
+
+
+def test_a_format_1_snapshot_still_loads(tmp_path, r8, monkeypatch):
+    """Snapshots written before compression (raw arrays, format version 1) load unchanged."""
+    m = trained("stochastic", r8)
+    monkeypatch.setattr(snapmod, "COMPRESS_MIN_BYTES", 1 << 62)  # every array raw, as format 1 wrote them
+    path = tmp_path / "old.stsnap"
+    m.save(path)
+    data = bytearray(path.read_bytes())
+    struct.pack_into("<I", data, 8, 1)
+    import crc32c
+    struct.pack_into("<8sII", data, len(data) - 16, snapmod.TRAILER_MAGIC, crc32c.crc32c(bytes(data[:-16])), 0)
+    path.write_bytes(bytes(data))
+    assert all("codec" not in e for e in _directory(path).values())
+    assert_models_identical(m, load_snapshot(path))
+
+
+def test_a_damaged_compressed_array_is_refused_by_name(tmp_path):
+    rng = np.random.default_rng(1)
+    a = np.zeros(200_000)
+    a[rng.integers(0, a.size, 500)] = 1.0
+    path = tmp_path / "x.stsnap"
+    snapmod.write_snapshot(path, {"kind": "x"}, {"mu": a})
+    e = _directory(path)["mu"]
+    assert e["codec"] == "zstd"
+    data = bytearray(path.read_bytes())
+    data[e["offset"] + e["stored"] // 2] ^= 0x5A
+    path.write_bytes(bytes(data))
+    with pytest.raises(SnapshotError, match="corrupt"):
+        read_snapshot(path)  # the file's checksum
+    import crc32c
+    struct.pack_into("<8sII", data, len(data) - 16, snapmod.TRAILER_MAGIC, crc32c.crc32c(bytes(data[:-16])), 0)
+    path.write_bytes(bytes(data))
+    with pytest.raises(SnapshotError, match="'mu' is corrupt"):
+        read_snapshot(path)  # the array's own checksum, over its stored bytes
+
+
 # -- atomic writes -------------------------------------------------------------------------------
 
 def _temp_files(d: Path, name: str):
@@ -304,7 +369,7 @@ def test_snapshot_write_over_the_file_size_limit_is_disk_full(tmp_path):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
         try:
-            write_snapshot({str(tmp_path / 'big.snap')!r}, {{"kind": "x"}}, {{"a": np.zeros(100_000)}})
+            write_snapshot({str(tmp_path / 'big.snap')!r}, {{"kind": "x"}}, {{"a": np.random.default_rng(0).random(100_000)}})  # incompressible
         except SnapshotWriteError as exc:
             print(exc.reason, snapshot_failure_reason(exc), snapshot_failure_reason(exc.__cause__))
     """)
