@@ -68,6 +68,9 @@ log = logging.getLogger("streamtopics.daemon")
 FORMAT_VERSION = 2
 RECORD_VERSION = 1
 MAX_RECORD_BYTES = 900_000  # below the broker's default message limit (1 MiB) with room for headers
+# Own records whose newborn topics are spared by the next births (``Replica.compute``); far above
+# any staleness bound, so only records never applied (dropped at a revocation) fall out.
+UNBORN_KEPT = 64
 _ARRAYS = ("known", "indptr", "topics", "values", "totals", "doc_ptr", "doc_topics", "doc_values",
            "doc_len", "sup_ptr", "sup_topics", "sup_values")
 _DOC_ARRAYS = ("doc_ptr", "doc_topics", "doc_values", "doc_len", "sup_ptr", "sup_topics", "sup_values")
@@ -469,6 +472,8 @@ class Replica:
         # otherwise than its successor's): not learned from that record; see docs/scale-out.md
         self.unlearned = 0
         self._touched = np.zeros(0, dtype=np.bool_)  # word rows updates changed since ``observed``
+        # record id -> the topics its births reset, for own records computed and not yet applied
+        self._unborn: dict[str, list[int]] = {}
 
     def _touch(self, word_ids: np.ndarray) -> None:
         if word_ids.size:
@@ -521,7 +526,8 @@ class Replica:
                                label_names if scores is not None else [], self.observed(batch, n_known), stats)
                 # births are decided here and travel in the record (every replica resets the same topics)
                 rng = np.random.default_rng([int(model.seed), self.offset])
-                sm, reborn = births_for(model, batch, local.summary, rng=rng)
+                spare = sorted({k for ks in self._unborn.values() for k in ks})
+                sm, reborn = births_for(model, batch, local.summary, rng=rng, spare=spare)
                 known = np.where(sm.word_ids < n_known, sm.word_ids, -1).astype(np.int64)
                 new_words = [provisional[i - n_known] for i in sm.word_ids[known < 0]]
                 totals = np.bincount(batch.local, weights=batch.counts, minlength=batch.uniq.size)
@@ -536,6 +542,10 @@ class Replica:
                            topics=sm.topics.astype(np.int32), values=sm.values.astype(np.float64),
                            totals=totals.astype(np.float64), doc_ptr=ptr, doc_topics=cols, doc_values=vals,
                            writer=self.writer, claim=self.claims.get(source.key, -1), reborn=reborn)
+        if reborn:
+            self._unborn[rec.rid] = list(reborn)
+            while len(self._unborn) > UNBORN_KEPT:  # records never applied (dropped at a revocation)
+                self._unborn.pop(next(iter(self._unborn)))
         if targets is not None:
             rec.targets, rec.doc_len = targets, doc_lengths(batch).astype(np.float64)
             feats = training_counts(model.features, local, feats)
@@ -574,6 +584,7 @@ class Replica:
         if offset < self.offset:
             return False  # replayed from before our snapshot: already in the model
         self.offset = offset + 1
+        self._unborn.pop(rec.rid, None)
         src = rec.source
         key = src.key
         while self.ledger.epoch(key) < src.epoch:  # a new log of the partition: its topic id, if known
