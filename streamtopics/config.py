@@ -369,6 +369,9 @@ class ReplicationConfig:
                                 "(the replica applies the log first otherwise).", ge=0, le=10000)
     max_record_bytes: int = opt(900000, "Largest update-log message; bigger records are split into parts.",
                                 ge=65536)
+    compression_type: str = opt("none", "Compression of the update log's records (kafka.compression_type is the "
+                                        "predictions'): every replica produces its own and consumes all of them.",
+                                choices=("none", "gzip", "snappy", "lz4", "zstd"))
     snapshots_topic: str = opt("", "Topic replicas ship their snapshots to (in chunks, with manifests in "
                                    "<topic>-manifests), so a replica starting with an empty snapshot directory "
                                    "fetches the newest instead of replaying the whole log; empty = off.")

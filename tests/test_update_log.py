@@ -20,7 +20,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from streamtopics import TopicModel
 from streamtopics.config import Config
 from streamtopics.corpora import load_reuters_r8
-from streamtopics.service.replica_sync import NewerUpdateFormat, ReplicaSync
+from streamtopics.service.replica_sync import NewerUpdateFormat, ReplicaSync, update_log_clients
 from streamtopics.service.replication import Replica, Source, decode, digest, encode
 from streamtopics.service.update_log import UpdateReader
 
@@ -68,10 +68,11 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     p.close(timeout=5)
 
 
-def _config(broker, topic: str) -> Config:
+def _config(broker, topic: str, compression: str = "none") -> Config:
     """Replication on, the update log on ``topic``, records split at SPLIT bytes."""
     return Config.from_dict({"kafka": {"bootstrap_servers": broker.bootstrap},
-                             "replication": {"enabled": True, "updates_topic": topic, "max_record_bytes": SPLIT}},
+                             "replication": {"enabled": True, "updates_topic": topic, "max_record_bytes": SPLIT,
+                                             "compression_type": compression}},
                             env={})
 
 
@@ -166,11 +167,14 @@ def test_the_reader_stops_while_waiting_for_the_loop_to_take_its_records(broker,
     assert reader.take().offset == 0  # what it handed over stays there
 
 
-def test_records_published_through_the_writer_thread_reach_the_log_in_order(broker, fresh_topic, records):
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_records_published_through_the_writer_thread_reach_the_log_in_order(broker, fresh_topic, records,
+                                                                             compression):
     topic = fresh_topic(prefix="upd")
-    cfg = _config(broker, topic)
+    cfg = _config(broker, topic, compression)
     writer = ReplicaSync(cfg, Replica(TopicModel(n_topics=K, seed=3, threads=1)), _Telemetry())
     writer.connect()
+    assert update_log_clients(cfg)[1].get("compression_type") == (None if compression == "none" else compression)
     try:
         for rec in records:
             writer.publish(rec)

@@ -76,7 +76,7 @@ def update_log_clients(cfg) -> tuple[dict, dict]:
     of one record and its headers (at least 1 MiB each)."""
     k, rc = cfg.kafka, cfg.replication
     return (log_reader_kwargs(k, max(1048576, 2 * rc.max_record_bytes)),
-            log_writer_kwargs(k, max(1048576, rc.max_record_bytes + 65536)))
+            log_writer_kwargs(k, max(1048576, rc.max_record_bytes + 65536), rc.compression_type))
 
 
 class ReplicaSync:

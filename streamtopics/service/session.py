@@ -119,10 +119,14 @@ def log_reader_kwargs(k, fetch_bytes: int) -> dict:
             "max_partition_fetch_bytes": fetch_bytes, "receive_buffer_bytes": fetch_bytes}
 
 
-def log_writer_kwargs(k, max_request_size: int) -> dict:
+def log_writer_kwargs(k, max_request_size: int, compression: str = "none") -> dict:
     """A producer of large, unbatched records acknowledged by every replica of the partition (a
-    send buffer of a whole request: see ``log_reader_kwargs``)."""
-    common = {key: v for key, v in k.producer_kwargs().items() if key not in ("linger_ms", "batch_size")}
+    send buffer of a whole request: see ``log_reader_kwargs``), compressed by ``compression``
+    (``[replication] compression_type``; shipped snapshots are compressed inside already)."""
+    common = {key: v for key, v in k.producer_kwargs().items()
+              if key not in ("linger_ms", "batch_size", "compression_type")}
+    if compression != "none":
+        common["compression_type"] = compression
     return {**common, "acks": "all", "linger_ms": 0, "max_request_size": max_request_size,
             "send_buffer_bytes": max_request_size}
 
