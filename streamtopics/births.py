@@ -33,8 +33,8 @@ so replicas stay identical. A replica computes its next batch before its last re
 from the log: that batch still sees the topic its last record rebirths as dead, and had it reborn
 again before any update tested the newborn (4-6 times per pass of 20NG at K = 100, one record in
 flight), so the topics of its own records not yet applied are spared (``spare``). Births apply to
-the L-sparse engine's stochastic update; the memoized
-update keeps exact sums (a reset would break them) and the alias engine keeps token assignments.
+the L-sparse engine's stochastic update; the memoized update keeps exact sums (a reset would
+break them) and the alias engine keeps token assignments.
 """
 from __future__ import annotations
 
