@@ -65,6 +65,7 @@ __all__ = [
     "TopicsConfig",
     "load_config",
     "check_daemon_config",
+    "compression_kwargs",
     "config_warnings",
     "model_from_config",
     "param_differences",
@@ -73,6 +74,12 @@ __all__ = [
 
 ENV_PREFIX = "STREAMTOPICS_"
 MASK = "***"
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def compression_kwargs(kind: str) -> dict:
+    """A producer's compression setting for ``kind`` (one of ``COMPRESSIONS``; none: left out)."""
+    return {} if kind == "none" else {"compression_type": kind}
 
 
 class ConfigError(ValueError):
@@ -151,7 +158,7 @@ class KafkaConfig:
                "long partitions added to the input topic, or a topic recreated by a broker that lost its data, stay "
                "unread.", ge=1000)
     request_timeout_ms: int = opt(30000, "Client request timeout; must exceed fetch_max_wait_ms and stay below the 9-minute idle-connection limit.", ge=1, le=539999)
-    compression_type: str = opt("zstd", "Producer compression.", choices=("none", "gzip", "snappy", "lz4", "zstd"))
+    compression_type: str = opt("zstd", "Producer compression.", choices=COMPRESSIONS)
     producer_linger_ms: int = opt(10, "Producer waits this long to fill a batch (throughput vs latency).", ge=0)
     producer_batch_size: int = opt(262144, "Producer batch size in bytes per partition.", ge=1)
     producer_max_in_flight: int = opt(5, "Unacknowledged produce requests per connection.", ge=1)
@@ -210,8 +217,7 @@ class KafkaConfig:
             batch_size=self.producer_batch_size,
             max_in_flight_requests_per_connection=self.producer_max_in_flight,
         )
-        if self.compression_type != "none":
-            kw["compression_type"] = self.compression_type
+        kw.update(compression_kwargs(self.compression_type))
         kw.update(self.extra_producer)
         return kw
 
@@ -371,7 +377,7 @@ class ReplicationConfig:
                                 ge=65536)
     compression_type: str = opt("none", "Compression of the update log's records (kafka.compression_type is the "
                                         "predictions'): every replica produces its own and consumes all of them.",
-                                choices=("none", "gzip", "snappy", "lz4", "zstd"))
+                                choices=COMPRESSIONS)
     snapshots_topic: str = opt("", "Topic replicas ship their snapshots to (in chunks, with manifests in "
                                    "<topic>-manifests), so a replica starting with an empty snapshot directory "
                                    "fetches the newest instead of replaying the whole log; empty = off.")

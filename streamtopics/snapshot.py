@@ -104,6 +104,7 @@ def encode(header: dict, arrays: dict[str, np.ndarray]) -> list:
     arrays, not copies: write them out before changing the arrays)."""
     directory = []
     blobs = []
+    packer = zstandard.ZstdCompressor(level=COMPRESS_LEVEL)
     for name, arr in arrays.items():
         a = np.ascontiguousarray(arr)
         if a.dtype.byteorder == ">":
@@ -118,7 +119,7 @@ def encode(header: dict, arrays: dict[str, np.ndarray]) -> list:
         entry = {"name": name, "dtype": dt, "shape": list(a.shape), "nbytes": len(raw)}
         stored = raw
         if len(raw) >= COMPRESS_MIN_BYTES:
-            packed = zstandard.ZstdCompressor(level=COMPRESS_LEVEL).compress(raw)
+            packed = packer.compress(raw)
             if len(packed) <= COMPRESS_KEEP * len(raw):
                 stored = packed
                 entry.update(codec="zstd", stored=len(packed))

@@ -6,6 +6,8 @@ import os
 import struct
 from pathlib import Path
 
+import crc32c
+import msgpack
 import numpy as np
 import pytest
 
@@ -208,9 +210,14 @@ def test_appended_garbage_is_detected(snap):
 
 # -- compression (format 2) ---------------------------------------------------------------------
 
+def _reseal(data: bytearray) -> bytes:
+    """``data`` with its trailer's checksum recomputed (a file edited consistently)."""
+    struct.pack_into("<8sII", data, len(data) - 16, snapmod.TRAILER_MAGIC, crc32c.crc32c(bytes(data[:-16])), 0)
+    return bytes(data)
+
+
 def _directory(path: Path) -> dict:
     data = path.read_bytes()
-    import msgpack
     head = msgpack.Unpacker(raw=False, strict_map_key=False)
     head.feed(data[24:24 + _head_len(data)])
     return {e["name"]: e for e in next(head)["arrays"]}
@@ -244,9 +251,7 @@ def test_a_format_1_snapshot_still_loads(tmp_path, r8, monkeypatch):
     m.save(path)
     data = bytearray(path.read_bytes())
     struct.pack_into("<I", data, 8, 1)
-    import crc32c
-    struct.pack_into("<8sII", data, len(data) - 16, snapmod.TRAILER_MAGIC, crc32c.crc32c(bytes(data[:-16])), 0)
-    path.write_bytes(bytes(data))
+    path.write_bytes(_reseal(data))
     assert all("codec" not in e for e in _directory(path).values())
     assert_models_identical(m, load_snapshot(path))
 
@@ -264,9 +269,7 @@ def test_a_damaged_compressed_array_is_refused_by_name(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(SnapshotError, match="corrupt"):
         read_snapshot(path)  # the file's checksum
-    import crc32c
-    struct.pack_into("<8sII", data, len(data) - 16, snapmod.TRAILER_MAGIC, crc32c.crc32c(bytes(data[:-16])), 0)
-    path.write_bytes(bytes(data))
+    path.write_bytes(_reseal(data))
     with pytest.raises(SnapshotError, match="'mu' is corrupt"):
         read_snapshot(path)  # the array's own checksum, over its stored bytes
 

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..config import Config
+from ..config import Config, compression_kwargs
 from ..stream.consumer import BatchingConsumer
 from ..stream.producer import PublishPipeline, Publisher
 
@@ -125,9 +125,7 @@ def log_writer_kwargs(k, max_request_size: int, compression: str = "none") -> di
     (``[replication] compression_type``; shipped snapshots are compressed inside already)."""
     common = {key: v for key, v in k.producer_kwargs().items()
               if key not in ("linger_ms", "batch_size", "compression_type")}
-    if compression != "none":
-        common["compression_type"] = compression
-    return {**common, "acks": "all", "linger_ms": 0, "max_request_size": max_request_size,
+    return {**common, **compression_kwargs(compression), "acks": "all", "linger_ms": 0, "max_request_size": max_request_size,
             "send_buffer_bytes": max_request_size}
 
 
