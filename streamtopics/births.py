@@ -276,6 +276,8 @@ def births_for(model, batch, summary: Summary | None, head_key=None, rng: np.ran
         return summary, []
     if not np.array_equal(summary.word_ids, batch.uniq):  # seeds index the batch's words as the summary's rows
         return summary, []
+    # topics still without a seed are seeded by the next batches (seeding.continue_seeding), not born
+    spare = [*spare, *range(model.state.n_seeded, model.n_topics)]
     births = propose_births(model.state, model.updater, batch, summary, model.rng if rng is None else rng,
                             runner=getattr(model.local_step, "runner", None), spare=spare)
     return with_seeds(summary, births, model.n_topics), [k for k, _, _ in births]

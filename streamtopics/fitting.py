@@ -1,4 +1,4 @@
-"""Batch mode (``TopicModel.fit``) and the topics' initialisation, apart from the model's streaming step.
+"""Batch mode (``TopicModel.fit``), apart from the model's streaming step.
 
 The functions take the model and use its public seams only (``reset``, ``prepare``, ``process``,
 ``local_step``, ``head``, ``new_head``, ``updater``).
@@ -9,7 +9,6 @@ import time
 
 import numpy as np
 
-from .batch import Batch
 from .batch_ops import doc_lengths, normalise_rows
 from .supervised.targets import is_missing
 from .updates import MemoizedUpdate
@@ -175,41 +174,3 @@ def fit_laps(model, tokens, labels, max_laps: int, tol: float, batch_size: int):
                         "fit_seconds": time.perf_counter() - t0,
                         "objective_kind": "elbo" if memoized else "local objective per token"}
     return model
-
-
-def seed_topics(state, batch: Batch, rng: np.random.Generator, init: str, smoothing: float) -> None:
-    """Seed topic k from a document of the first batch (k-means++ over tf vectors, cosine distance)."""
-    K = state.n_topics
-    D, U = batch.n_docs, batch.uniq.size
-    rows = np.repeat(np.arange(D), np.diff(batch.doc_ptr))
-    pool = np.flatnonzero(np.diff(batch.doc_ptr) > 0)
-    if pool.size > 1024:
-        pool = np.sort(rng.choice(pool, 1024, replace=False))
-    X = np.zeros((D, U), dtype=np.float32)
-    X[rows, batch.local] = batch.counts
-    X = X[pool]
-    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
-    chosen = np.empty(K, dtype=np.int64)
-    chosen[0] = rng.integers(pool.size)
-    if init == "kmeans++":
-        dist = np.maximum(1.0 - X @ X[chosen[0]], 0.0)
-        for k in range(1, K):
-            p = dist ** 2
-            total = p.sum()
-            chosen[k] = rng.choice(pool.size, p=p / total) if total > 1e-12 else rng.integers(pool.size)
-            dist = np.minimum(dist, np.maximum(1.0 - X @ X[chosen[k]], 0.0))
-    else:
-        chosen[1:] = rng.integers(pool.size, size=K - 1)
-    # Every (word, topic) starts with ~smoothing pseudo-counts (Gamma(100, 1/100) noise as in
-    # Hoffman et al.); the noise also breaks ties between topics seeded alike.
-    state.smoothing = float(smoothing)
-    state.mu[: state.n_words] = state.smoothing
-    if state.smoothing > 0:
-        state.mu[batch.uniq] = rng.gamma(100.0, state.smoothing / 100.0, size=(U, K))
-    else:
-        state.mu[batch.uniq] += rng.gamma(1.0, state.beta, size=(U, K))
-    for k, p in enumerate(pool[chosen]):
-        s, e = batch.doc_ptr[p], batch.doc_ptr[p + 1]
-        state.mu[batch.word_ids[s:e], k] += batch.counts[s:e]
-    state.refresh_totals()
-    state.initialized = True

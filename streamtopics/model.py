@@ -10,8 +10,8 @@ The daemon uses the lower-level trio ``prepare`` (tokens -> Batch, growing the
 vocabulary), ``process`` (local step, predictions before learning, then the global
 update; returns a ``results.BatchResult``) and ``save(..., offsets=...)``.
 
-Options live in ``options`` (one frozen object per slot, validated there), batch mode and the
-topics' initialisation in ``fitting``, snapshots in ``model_io``.
+Options live in ``options`` (one frozen object per slot, validated there), batch mode in
+``fitting``, the topics' initialisation in ``seeding``, snapshots in ``model_io``.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import fitting, model_io
+from . import fitting, model_io, seeding
 from .batch import Batch, build_batch
 from .births import births_for, reset_topics
 from .batch_ops import chunks, doc_lengths, infer_in_chunks, normalise_rows, slice_batch, tokenize_docs
@@ -239,7 +239,7 @@ class TopicModel:
         t0 = time.perf_counter()
         alpha_used, version_before, steps_before = self.state.alpha, self.state.version, self.state.steps
         labels = self._batch_labels(batch, labels)
-        if learn and not self.state.initialized and batch.n_tokens > 0:
+        if learn and not self.state.fully_seeded and batch.n_tokens > 0:
             self.initialize(batch)
         sup_step = learn and labels is not None and batch.n_docs > 0
         label_names = self.label_names
@@ -371,8 +371,8 @@ class TopicModel:
             return self.process(batch, learn=True, batch_key=batch_key, labels=labels).theta
 
     def initialize(self, batch: Batch) -> None:
-        """Seed the topics from the first batch (``fitting.seed_topics``)."""
-        fitting.seed_topics(self.state, batch, self.rng, self.init, self.init_smoothing)
+        """Seed topics from ``batch``: the first batch, then later ones while topics wait (``seeding.seed``)."""
+        seeding.seed(self.state, batch, self.rng, self.init, self.init_smoothing, self.updater.name == "stochastic")
 
     # -- inference --------------------------------------------------------------------
     def theta(self, doc_topic: np.ndarray, alpha: float | None = None) -> np.ndarray:

@@ -174,6 +174,9 @@ class ModelState:
         self.steps = 0.0
         self.version = 0
         self.initialized = False
+        # Topics 0..n_seeded-1 hold a seed; the rest are at the prior until a batch seeds them
+        # (a first batch with fewer distinct documents than topics: fitting.continue_seeding).
+        self.n_seeded = self.n_topics
         # Pseudo-count every (word, topic) starts with, in mu units: like Hoffman et al.'s
         # Gamma(100, 1/100) initialisation it decays with the stochastic scale, and a word
         # that joins later starts where it would stand had it been there from the start.
@@ -364,6 +367,11 @@ class ModelState:
         for k in topics:
             self.mu_totals[k] = self.n_words * self.smoothing
 
+    @property
+    def fully_seeded(self) -> bool:
+        """Every topic has its seed (``fitting.seed_topics`` / ``continue_seeding``)."""
+        return self.initialized and self.n_seeded >= self.n_topics
+
     def count_update(self, n_docs: int, n_tokens: float, steps: float) -> None:
         """Count an update that learned ``n_docs`` documents of ``n_tokens`` tokens, ``steps`` of the schedule."""
         self.docs_seen += n_docs
@@ -382,7 +390,7 @@ class ModelState:
             "n_topics": self.n_topics, "alpha": self.alpha, "beta": self.beta, "scale": self.scale,
             "n_words": self.n_words, "docs_seen": self.docs_seen, "tokens_seen": self.tokens_seen,
             "n_updates": self.n_updates, "version": self.version, "initialized": self.initialized,
-            "smoothing": self.smoothing, "steps": self.steps,
+            "smoothing": self.smoothing, "steps": self.steps, "n_seeded": self.n_seeded,
         }
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -419,6 +427,9 @@ class ModelState:
         s.version = int(header["version"])
         s.initialized = bool(header["initialized"])
         s.smoothing = float(header.get("smoothing", 0.0))
+        s.n_seeded = int(header.get("n_seeded", s.n_topics))  # snapshots before it: every topic was seeded at once
+        if not 0 <= s.n_seeded <= s.n_topics:
+            raise ValueError(f"snapshot state: n_seeded must be in 0..{s.n_topics} (got {s.n_seeded})")
         return s
 
 

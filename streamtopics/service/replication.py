@@ -418,7 +418,8 @@ def digest(model) -> str:
     h.update("\x00".join(model.vocab.words).encode())
     h.update(np.ascontiguousarray(model.vocab.counts).tobytes())
     h.update(np.float64(st.alpha).tobytes())
-    h.update(np.array([st.docs_seen, st.tokens_seen, st.n_updates, st.version, st.steps], dtype=np.float64).tobytes())
+    h.update(np.array([st.docs_seen, st.tokens_seen, st.n_updates, st.version, st.steps, st.n_seeded],
+                       dtype=np.float64).tobytes())
     if model.head is not None:
         header, arrays = model.head.state()
         h.update(msgpack.packb(header, use_bin_type=True))
@@ -497,14 +498,15 @@ class Replica:
                 kernels=contextlib.nullcontext):
         """(the update record of a batch of token lists, ``Computed``: its documents' predictions
         from the same local step) against the model as it is; the predictions are None when the
-        model has no topics yet (predict after the record is applied). ``labels``: one target per
+        model has no topics yet, or topics still to seed (``seeding.continue_seeding``): the record
+        then carries the tokens, and predictions come after it is applied. ``labels``: one target per
         document (None where unlabelled) for a supervised model. The model is left unchanged:
         new words get provisional ids past the vocabulary (it is not touched; they join it when the
         record is applied), and the classifier's changes happen to a fork of it.
         ``kernels()``: a context entered around the local step (the daemon's GIL-free section)."""
         model = self.model
         targets = self._targets(tokens, labels)
-        if not model.state.initialized:
+        if not model.state.fully_seeded:  # applying it seeds (more) topics from the batch, then learns
             n_tokens = sum(len(t) for t in tokens)
             return UpdateRecord(source=source, base=self.offset, kind="batch", n_docs=len(tokens), n_tokens=n_tokens,
                                 tokens=[list(map(str, t)) for t in tokens], targets=targets,
