@@ -296,7 +296,7 @@ class ModelConfig:
     restarts: bool = opt(_library_default("restarts"), "Local-step restarts: try other initialisations on hard documents and keep the best.")
     restart_trials: int = opt(_library_default("restart_trials"), "Other starts tried per hard document.", ge=0)
     restart_iters: int = opt(_library_default("restart_iters"), "Iterations of each restart trial.", ge=1)
-    init: str = opt(_library_default("init"), "Topic seeding from the first batch: kmeans++ (diverse documents) or random.", choices=("kmeans++", "random"))
+    init: str = opt(_library_default("init"), "Topic seeding from the first batch(es), one topic per distinct document: kmeans++ (diverse documents) or random.", choices=("kmeans++", "random"))
     init_smoothing: float = opt(_library_default("init_smoothing"), "Pseudo-counts every (word, topic) starts with.", ge=0)
     threads: int = opt(0, "Threads of the variational local step (a batch's documents split over them; the model "
                           "is the same for any number); 0 = the cores the process may use.", ge=0, le=1024)

@@ -90,8 +90,8 @@ class TopicModel:
     supervision = None | Hinge(...) "hinge" | Logistic(...) "logistic" | Regression(...)
     "regression" (``partial_fit(docs, labels=...)`` learns topics that predict labels,
     docs/supervised.md); text = Text(...) (tokenizer); vocabulary = Vocabulary(...) (cap, policy).
-    init : "kmeans++" seeds topics from K diverse documents of the first batch (as the paper
-    does), "random" from random ones; every (word, topic) starts with ``init_smoothing``.
+    init : "kmeans++" seeds topics from K diverse documents (as the paper does), "random" from random
+    ones: the first batch's, then the next ones' (``seeding``); each (word, topic) starts at ``init_smoothing``.
     threads : threads of the local step (None or 0: the cores it may use); results do not depend on it.
     **flat : the older flat keywords (``sparsity``, ``corpus_size``, ``sup_c``, ``vocab_cap`` ...,
     the table ``options.FLAT``) set fields of the slots' objects; one given beside an option
