@@ -37,6 +37,7 @@ streamtopics_vocabulary_size                   gauge
 streamtopics_vocabulary_dropped_tokens_total   counter
 streamtopics_vocabulary_evicted_words_total    counter
 streamtopics_model_version                     gauge
+streamtopics_topics_seeded                     gauge
 streamtopics_documents_per_second              gauge
 streamtopics_tokens_per_second                 gauge
 streamtopics_broker_up                         gauge
@@ -263,6 +264,10 @@ class Metrics:
             "Words evicted to make room for new ones (vocabulary.policy = \"evict\" at its cap).", registry=r)
         self.model_version = Gauge("streamtopics_model_version",
                                    "Global updates applied to the model.", registry=r)
+        self.topics_seeded = Gauge(
+            "streamtopics_topics_seeded",
+            "Topics holding a seed document. Below n_topics while a stream's first batches, fewer "
+            "distinct documents than topics, are still seeding them (seeding.py).", registry=r)
 
     def _build_snapshots(self, r: CollectorRegistry) -> None:
         """Snapshots."""
@@ -544,6 +549,7 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_vocabulary_dropped_tokens_total": "counter",
     "streamtopics_vocabulary_evicted_words_total": "counter",
     "streamtopics_model_version": "gauge",
+    "streamtopics_topics_seeded": "gauge",
     "streamtopics_documents_per_second": "gauge",
     "streamtopics_tokens_per_second": "gauge",
     "streamtopics_broker_up": "gauge",

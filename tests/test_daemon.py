@@ -218,6 +218,7 @@ def test_n_documents_in_exactly_n_predictions_out(broker, fresh_topic, tmp_path)
     assert s[("streamtopics_batches_total", ())] == len(docs) // BATCH
     assert s[("streamtopics_tokens_total", ())] > 10 * len(docs)
     assert s[("streamtopics_model_version", ())] == len(docs) // BATCH
+    assert s[("streamtopics_topics_seeded", ())] == K
     assert s[("streamtopics_vocabulary_size", ())] > 1000
     assert s[("streamtopics_end_to_end_latency_seconds_count", ())] == len(docs)
     assert s[("streamtopics_local_iterations_count", ())] == len(docs)
