@@ -501,3 +501,22 @@ def test_a_record_carries_its_input_topic_id_into_every_replicas_ledger():
     other = Replica(copy.deepcopy(m), writer="v")
     assert other.apply(decode(encode(rec)[0])[0], 0)
     assert other.ledger.topic_id("docs:1") == "tid-1"
+
+
+def test_a_batch_record_above_the_limit_travels_in_parts_by_documents(labelled):
+    """A record computed while topics wait for a seed carries its batch's tokens (seeding.py); one
+    above the broker's message limit is split by documents, each part with its documents' targets,
+    and put back together it applies exactly as the whole record does."""
+    tokens, labels, _, _ = labelled
+    rec, _ = Replica(_model(supervision="hinge")).compute(tokens[:200], Source("docs", 0, 0, 200), labels[:200])
+    assert rec.kind == "batch"
+    parts = encode(rec, max_bytes=20_000)
+    assert len(parts) > 1 and max(map(len, parts)) <= 20_000
+    asm, whole = Assembler(), None
+    for raw in parts:
+        whole = asm.add(*decode(raw))
+    assert whole.tokens == rec.tokens and whole.targets == rec.targets and whole.n_docs == 200
+    a, b = Replica(_model(supervision="hinge")), Replica(_model(supervision="hinge"))
+    a.apply(whole, 0)
+    b.apply(decode(encode(rec, max_bytes=10 ** 9)[0])[0], 0)
+    assert a.model.state.docs_seen == 200 and digest(a.model) == digest(b.model)

@@ -35,7 +35,7 @@ import hashlib
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import msgpack
@@ -330,8 +330,12 @@ def _row_slice(rec: UpdateRecord, lo: int, hi: int) -> UpdateRecord:
 
 
 def encode(rec: UpdateRecord, max_bytes: int = MAX_RECORD_BYTES) -> list[bytes]:
-    """The record as one or more msgpack messages of at most about ``max_bytes`` each."""
+    """The record as one or more msgpack messages of at most about ``max_bytes`` each: a summary split
+    by its rows, a batch record (tokens) by its documents. A single document above the limit stays
+    one message (the broker refuses it; the daemon's input limits keep documents far below it)."""
     whole = msgpack.packb(_to_map(rec, 0, 1), use_bin_type=True)
+    if rec.kind == "batch" and len(whole) > max_bytes and rec.n_docs > 1:
+        return _encode_documents(rec, len(whole), max_bytes)
     if len(whole) <= max_bytes or rec.n_rows <= 1:
         return [whole]
     n_parts = -(-len(whole) // max(1, max_bytes - 4096))
@@ -340,6 +344,21 @@ def encode(rec: UpdateRecord, max_bytes: int = MAX_RECORD_BYTES) -> list[bytes]:
         out = [msgpack.packb(_to_map(_row_slice(rec, int(lo), int(hi)), i, n_parts), use_bin_type=True)
                for i, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:]))]
         if max(map(len, out)) <= max_bytes or n_parts >= rec.n_rows:
+            return out
+        n_parts *= 2
+
+
+def _encode_documents(rec: UpdateRecord, size: int, max_bytes: int) -> list[bytes]:
+    """A batch record (tokens) split by documents: each part carries a range of them and their targets."""
+    n = len(rec.tokens)
+    n_parts = -(-size // max(1, max_bytes - 4096))
+    while True:
+        cuts = np.linspace(0, n, n_parts + 1).astype(int)
+        out = [msgpack.packb(_to_map(replace(rec, tokens=rec.tokens[lo:hi],
+                                             targets=None if rec.targets is None else rec.targets[lo:hi]),
+                                     i, n_parts), use_bin_type=True)
+               for i, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:]))]
+        if max(map(len, out)) <= max_bytes or n_parts >= n:
             return out
         n_parts *= 2
 
@@ -393,6 +412,9 @@ class Assembler:
             return None
         del self._parts[rec.rid]
         ps = [have[i] for i in range(parts)]
+        if ps[0].kind == "batch":  # split by documents (``encode``)
+            return replace(ps[0], tokens=[t for p in ps for t in p.tokens],
+                           targets=None if ps[0].targets is None else [y for p in ps for y in p.targets])
         offsets = np.cumsum([0] + [p.topics.size for p in ps])
         indptr = np.concatenate([np.zeros(1, np.int64)] + [p.indptr[1:] + o for p, o in zip(ps, offsets[:-1])])
         head = ps[0]
