@@ -31,14 +31,14 @@ COPY = 1e-5  # a cosine distance below this is float32 rounding: the document is
 def _pool(batch: Batch, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(the batch's non-empty documents k-means++ draws from, their unit-length term frequencies
     over the batch's words as a (pool, U) float32 array)."""
-    D, U = batch.n_docs, batch.uniq.size
-    rows = np.repeat(np.arange(D), np.diff(batch.doc_ptr))
-    pool = np.flatnonzero(np.diff(batch.doc_ptr) > 0)
+    lengths = np.diff(batch.doc_ptr)
+    pool = np.flatnonzero(lengths > 0)
     if pool.size > POOL:
         pool = np.sort(rng.choice(pool, POOL, replace=False))
-    X = np.zeros((D, U), dtype=np.float32)
-    X[rows, batch.local] = batch.counts
-    X = X[pool]
+    entries = np.concatenate([np.arange(batch.doc_ptr[d], batch.doc_ptr[d + 1]) for d in pool]) if pool.size \
+        else np.empty(0, np.int64)
+    X = np.zeros((pool.size, batch.uniq.size), dtype=np.float32)  # the pooled documents only
+    X[np.repeat(np.arange(pool.size), lengths[pool]), batch.local[entries]] = batch.counts[entries]
     X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
     return pool, X
 

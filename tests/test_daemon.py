@@ -200,6 +200,26 @@ def test_consumer_lag_is_reported_while_the_first_batch_is_in_the_works(broker, 
         t.join(30)
 
 
+def test_a_first_poll_of_three_documents_seeds_three_topics_and_the_next_batch_the_rest(broker, fresh_topic,
+                                                                                        tmp_path):
+    """A live stream's first batch is whatever the first poll returned (seeding.py, docs/defaults.md
+    §6): three documents seed three of the K topics (not K copies of three), the next batch seeds
+    the rest before its local step, and streamtopics_topics_seeded says where seeding stands."""
+    topics = _topics(fresh_topic)
+    docs = _docs(3 + BATCH)
+    _produce(broker.bootstrap, topics["input"], [msgpack.packb(d) for d in docs[:3]])
+    with _running(_cfg(broker.bootstrap, topics, tmp_path / "snaps")) as d:
+        url = d.metrics_url
+        seeded = ("streamtopics_topics_seeded", ())
+        _wait(lambda: _consumed(d, topics["input"], 3) and _samples(url).get(seeded) == 3, 60,
+              "the first three documents learned, three topics seeded")
+        assert d.model.state.n_seeded == 3 and not d.model.state.fully_seeded
+        _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in docs[3:]])
+        _wait(lambda: _consumed(d, topics["input"], len(docs)) and _samples(url).get(seeded) == K, 60,
+              "the next batch learned, every topic seeded")
+        assert d.model.state.fully_seeded
+
+
 def test_n_documents_in_exactly_n_predictions_out(broker, fresh_topic, tmp_path):
     topics = _topics(fresh_topic)
     topics["snapshots"] = fresh_topic(prefix="snaps")
