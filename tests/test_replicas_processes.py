@@ -235,7 +235,7 @@ def test_three_replicas_one_killed_learn_one_model_exactly_once(broker, fresh_to
     # first batch comes from its own partitions). Better is not a failure of replication, so the
     # check is one-sided. Since a first poll of a few documents no longer seeds all K topics from
     # copies of them (seeding.py), the one-replica reference moves by 0.4 % between runs instead
-    # of 1.6 %: ratios 0.9943, 0.9980, 0.9959 in three runs (docs/scale-out.md).
+    # of 1.6 %: ratios 0.9943, 0.9980, 0.9959, 0.9892 in four runs (docs/scale-out.md).
     assert h_rep >= h_one - 0.01 * abs(h_one)
 
 
