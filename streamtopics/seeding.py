@@ -81,8 +81,8 @@ def seed_topics(state, batch: Batch, rng: np.random.Generator, init: str, smooth
     first = int(rng.integers(pool.size))
     if init == "kmeans++":
         chosen = [first] + _kmeanspp(X, np.maximum(1.0 - X @ X[first], 0.0), K - 1, rng)
-    elif distinct and pool.size < K:
-        chosen = [first] + [int(c) for c in rng.permutation(np.delete(np.arange(pool.size), first))]
+    elif distinct:  # random documents, each at most once
+        chosen = [first] + [int(c) for c in rng.permutation(np.delete(np.arange(pool.size), first))[:K - 1]]
     else:
         chosen = [first] + [int(c) for c in rng.integers(pool.size, size=K - 1)]
     if not distinct and len(chosen) < K:  # copies of the seeds (every document left is one)
