@@ -163,6 +163,7 @@ def propose_births(state, updater, batch, summary: Summary, rng: np.random.Gener
     n_near = max(1, int(round(B / K)))
     mortal = np.ones(K, dtype=np.bool_)
     mortal[[int(k) for k in spare if 0 <= int(k) < K]] = False
+    mortal[state.n_seeded:] = False  # topics still without a seed: the next batches seed them (seeding.py)
     if not mortal.any() or after[mortal].min() >= per_token * float(np.sort(lengths)[-n_near:].sum()):
         return []  # no seed could outweigh the smallest topic (the common case once rho_t is small)
     counts = np.asarray(batch.counts, dtype=np.float64)  # float64 already: no copy
@@ -276,8 +277,6 @@ def births_for(model, batch, summary: Summary | None, head_key=None, rng: np.ran
         return summary, []
     if not np.array_equal(summary.word_ids, batch.uniq):  # seeds index the batch's words as the summary's rows
         return summary, []
-    # topics still without a seed are seeded by the next batches (seeding.continue_seeding), not born
-    spare = [*spare, *range(model.state.n_seeded, model.n_topics)]
     births = propose_births(model.state, model.updater, batch, summary, model.rng if rng is None else rng,
                             runner=getattr(model.local_step, "runner", None), spare=spare)
     return with_seeds(summary, births, model.n_topics), [k for k, _, _ in births]

@@ -87,20 +87,10 @@ def seed_topics(state, batch: Batch, rng: np.random.Generator, init: str, smooth
         chosen = [first] + [int(c) for c in rng.integers(pool.size, size=K - 1)]
     if not distinct and len(chosen) < K:  # copies of the seeds (every document left is one)
         chosen += [int(c) for c in rng.integers(pool.size, size=K - len(chosen))]
-    # Every (word, topic) starts with ~smoothing pseudo-counts (Gamma(100, 1/100) noise as in
-    # Hoffman et al.); the noise also breaks ties between topics seeded alike.
     state.smoothing = float(smoothing)
     state.mu[: state.n_words] = state.smoothing
-    U = batch.uniq.size
-    if state.smoothing > 0:
-        state.mu[batch.uniq] = rng.gamma(100.0, state.smoothing / 100.0, size=(U, K))
-    else:
-        state.mu[batch.uniq] += rng.gamma(1.0, state.beta, size=(U, K))
-    for k, p in enumerate(pool[chosen]):
-        s, e = batch.doc_ptr[p], batch.doc_ptr[p + 1]
-        state.mu[batch.word_ids[s:e], k] += batch.counts[s:e]
+    _plant(state, batch, np.arange(K), pool[chosen], rng)  # every column's noise, the first ones' seeds
     state.n_seeded = len(chosen)
-    state.refresh_totals()
     state.initialized = True
 
 
@@ -124,15 +114,22 @@ def continue_seeding(state, batch: Batch, rng: np.random.Generator, init: str) -
         return []
     new = list(range(m0, m0 + len(chosen)))
     state.reset_topics(new)
-    U, scale = batch.uniq.size, state.scale
-    cols = np.asarray(new)
+    _plant(state, batch, np.asarray(new), pool[chosen], rng)
+    state.n_seeded = m0 + len(chosen)
+    return new
+
+
+def _plant(state, batch: Batch, cols: np.ndarray, docs: np.ndarray, rng: np.random.Generator) -> None:
+    """Columns ``cols`` over the batch's words: the prior with its noise (Gamma(100, 1/100) around the
+    smoothing, as in Hoffman et al.; it also breaks ties between topics seeded alike), then document
+    ``docs[i]``'s counts added to column ``cols[i]`` in lambda units; the totals recomputed."""
+    rows, scale = batch.uniq[:, None], state.scale
+    shape = (batch.uniq.size, cols.size)
     if state.smoothing > 0:
-        state.mu[batch.uniq[:, None], cols] = rng.gamma(100.0, state.smoothing / 100.0, size=(U, len(new)))
+        state.mu[rows, cols] = rng.gamma(100.0, state.smoothing / 100.0, size=shape)
     else:
-        state.mu[batch.uniq[:, None], cols] += rng.gamma(1.0, state.beta, size=(U, len(new))) / scale
-    for k, p in zip(new, pool[chosen]):
+        state.mu[rows, cols] += rng.gamma(1.0, state.beta, size=shape) / scale
+    for k, p in zip(cols, docs):
         s, e = batch.doc_ptr[p], batch.doc_ptr[p + 1]
         state.mu[batch.word_ids[s:e], k] += batch.counts[s:e] / scale
-    state.n_seeded = m0 + len(chosen)
     state.refresh_totals()
-    return new

@@ -334,33 +334,24 @@ def encode(rec: UpdateRecord, max_bytes: int = MAX_RECORD_BYTES) -> list[bytes]:
     by its rows, a batch record (tokens) by its documents. A single document above the limit stays
     one message (the broker refuses it; the daemon's input limits keep documents far below it)."""
     whole = msgpack.packb(_to_map(rec, 0, 1), use_bin_type=True)
-    if rec.kind == "batch" and len(whole) > max_bytes and rec.n_docs > 1:
-        return _encode_documents(rec, len(whole), max_bytes)
-    if len(whole) <= max_bytes or rec.n_rows <= 1:
+    batch = rec.kind == "batch"
+    n = rec.n_docs if batch else rec.n_rows
+    if len(whole) <= max_bytes or n <= 1:
         return [whole]
+    part_of = _doc_slice if batch else _row_slice
     n_parts = -(-len(whole) // max(1, max_bytes - 4096))
     while True:
-        cuts = np.linspace(0, rec.n_rows, n_parts + 1).astype(int)
-        out = [msgpack.packb(_to_map(_row_slice(rec, int(lo), int(hi)), i, n_parts), use_bin_type=True)
-               for i, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:]))]
-        if max(map(len, out)) <= max_bytes or n_parts >= rec.n_rows:
-            return out
-        n_parts *= 2
-
-
-def _encode_documents(rec: UpdateRecord, size: int, max_bytes: int) -> list[bytes]:
-    """A batch record (tokens) split by documents: each part carries a range of them and their targets."""
-    n = len(rec.tokens)
-    n_parts = -(-size // max(1, max_bytes - 4096))
-    while True:
         cuts = np.linspace(0, n, n_parts + 1).astype(int)
-        out = [msgpack.packb(_to_map(replace(rec, tokens=rec.tokens[lo:hi],
-                                             targets=None if rec.targets is None else rec.targets[lo:hi]),
-                                     i, n_parts), use_bin_type=True)
+        out = [msgpack.packb(_to_map(part_of(rec, int(lo), int(hi)), i, n_parts), use_bin_type=True)
                for i, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:]))]
         if max(map(len, out)) <= max_bytes or n_parts >= n:
             return out
         n_parts *= 2
+
+
+def _doc_slice(rec: UpdateRecord, lo: int, hi: int) -> UpdateRecord:
+    """Documents ``lo:hi`` of a batch record (tokens), with their targets."""
+    return replace(rec, tokens=rec.tokens[lo:hi], targets=None if rec.targets is None else rec.targets[lo:hi])
 
 
 class NewerFormat(ValueError):
