@@ -175,7 +175,7 @@ class ModelState:
         self.version = 0
         self.initialized = False
         # Topics 0..n_seeded-1 hold a seed; the rest are at the prior until a batch seeds them
-        # (a first batch with fewer distinct documents than topics: fitting.continue_seeding).
+        # (a first batch with fewer distinct documents than topics: seeding.continue_seeding).
         self.n_seeded = self.n_topics
         # Pseudo-count every (word, topic) starts with, in mu units: like Hoffman et al.'s
         # Gamma(100, 1/100) initialisation it decays with the stochastic scale, and a word
@@ -368,9 +368,14 @@ class ModelState:
             self.mu_totals[k] = self.n_words * self.smoothing
 
     @property
+    def topics_seeded(self) -> int:
+        """Topics holding a seed: none before the first batch, then ``n_seeded``."""
+        return self.n_seeded if self.initialized else 0
+
+    @property
     def fully_seeded(self) -> bool:
-        """Every topic has its seed (``fitting.seed_topics`` / ``continue_seeding``)."""
-        return self.initialized and self.n_seeded >= self.n_topics
+        """Every topic has its seed (``seeding.seed_topics`` / ``continue_seeding``)."""
+        return self.topics_seeded >= self.n_topics
 
     def count_update(self, n_docs: int, n_tokens: float, steps: float) -> None:
         """Count an update that learned ``n_docs`` documents of ``n_tokens`` tokens, ``steps`` of the schedule."""

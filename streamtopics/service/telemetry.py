@@ -162,7 +162,7 @@ class Telemetry:
         snapshot: its topics and the coherence the snapshot recorded, before any new batch)."""
         self.metrics.vocabulary_size.set(len(model.vocab))
         self.metrics.model_version.set(model.version)
-        self.metrics.topics_seeded.set(model.state.n_seeded if model.state.initialized else 0)
+        self.metrics.topics_seeded.set(model.state.topics_seeded)
         if self.explorer is not None and model.state.initialized and self.explorer.view.get("status") != "ok":
             try:
                 obs = self.explorer.show(model, snapshot_quality(model))
