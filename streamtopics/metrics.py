@@ -50,6 +50,7 @@ streamtopics_partition_quarantined             gauge      partition
 streamtopics_offsets_skipped_total             counter    reason (ledger's SKIP_REASONS)
 streamtopics_kafka_client_recreations_total    counter    client (consumer, producer)
 streamtopics_consumer_joins_abandoned_total    counter
+streamtopics_consumer_assignments_refused_total counter
 streamtopics_topic_creations_total             counter
 streamtopics_snapshot_consecutive_failures     gauge
 streamtopics_build_info                        info       version, engine, update
@@ -340,6 +341,11 @@ class Metrics:
             "streamtopics_consumer_joins_abandoned_total",
             "Consumer group joins that did not complete in 3 session timeouts of polling; the consumer "
             "was rebuilt (also counted in streamtopics_kafka_client_recreations_total).", registry=r)
+        self.assignments_refused = Counter(
+            "streamtopics_consumer_assignments_refused_total",
+            "Group assignments the coordinator handed this member other than it computed as the group's "
+            "leader (a broker fault, stream/assignment_check.py); the consumer was rebuilt (also counted in "
+            "streamtopics_kafka_client_recreations_total).", registry=r)
         self.topic_creations = Counter(
             "streamtopics_topic_creations_total",
             "Times the daemon (re)created missing topics (start-up, or a broker that lost them).",
@@ -563,6 +569,7 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_offsets_skipped_total": "counter",
     "streamtopics_kafka_client_recreations_total": "counter",
     "streamtopics_consumer_joins_abandoned_total": "counter",
+    "streamtopics_consumer_assignments_refused_total": "counter",
     "streamtopics_topic_creations_total": "counter",
     "streamtopics_snapshot_consecutive_failures": "gauge",
     "streamtopics_topic_coherence_npmi": "gauge",

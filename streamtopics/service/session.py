@@ -267,6 +267,8 @@ class KafkaSession:
                     self._rebuilt_at = now
         if n := self._newly("joins_abandoned", getattr(self.consumer, "joins_abandoned", 0)):
             self.telemetry.on_joins_abandoned(n)
+        if n := self._newly("assignments_refused", getattr(self.consumer, "assignments_refused", 0)):
+            self.telemetry.on_assignments_refused(n)
         if n := self._newly("rewinds", getattr(self.consumer, "rewinds", 0)):
             self.telemetry.on_continuity_checks(n)
         up = self.up(now)

@@ -131,6 +131,9 @@ class Telemetry:
     def on_joins_abandoned(self, n: int) -> None:
         self.metrics.joins_abandoned.inc(n)
 
+    def on_assignments_refused(self, n: int) -> None:
+        self.metrics.assignments_refused.inc(n)
+
     def on_lag(self, lag: dict[int, int]) -> None:
         for p, v in lag.items():
             self.metrics.set_lag(p, v)

@@ -48,6 +48,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.structs import OffsetAndMetadata
 
+from .assignment_check import JoinCheck
 from .batching import PartitionBuffers
 
 __all__ = ["BatchingConsumer", "ConnectionWatch", "JoinWatch", "RecordBatch", "heal_lost_join",
@@ -317,6 +318,9 @@ class BatchingConsumer:
         self._failures = 0
         self.recreated = 0
         self.rejoins_forced = 0  # lost group joins re-run (see heal_lost_join)
+        self.assignments_refused = 0  # joins the coordinator answered against the protocol (assignment_check)
+        self._join_check = JoinCheck()
+        self._refused: str | None = None  # set on an assignment (IO thread), acted on by _poll
         self.undecoded = self._buffers.undecoded  # set when records arrive: work for decode_ahead
         self.resets = 0  # partition logs found recreated behind our offsets
         self.last_error: str | None = None
@@ -327,8 +331,12 @@ class BatchingConsumer:
     def start(self) -> None:
         """Build the KafkaConsumer and subscribe (the group join happens in the first polls)."""
         if self._consumer is None:
-            self._consumer = self._factory(**self._kwargs)
+            kwargs = self._kwargs
+            if "partition_assignment_strategy" not in kwargs:
+                kwargs = {**kwargs, "partition_assignment_strategy": self._join_check.new_member()}
+            self._consumer = self._factory(**kwargs)
             self._consumer.subscribe([self.topic], listener=_Listener(self))
+            self._join_check.warm(self._consumer, self.topic)
 
     def close(self) -> None:
         c, self._consumer = self._consumer, None
@@ -347,10 +355,7 @@ class BatchingConsumer:
         waited = self._join_watch.observe(getattr(self._consumer, "_coordinator", None), now)
         if waited is None:
             return False
-        try:
-            self._recreate(f"group join not completed after {waited:.0f} s of polling")
-        except Exception as exc:  # noqa: BLE001 - broker away: next_batch starts a client again
-            log.error("could not recreate the consumer", extra={"error": repr(exc)})
+        self._rebuild(f"group join not completed after {waited:.0f} s of polling")
         return True
 
     @property
@@ -385,6 +390,14 @@ class BatchingConsumer:
         log.warning(what, extra={"error": repr(exc), "consecutive": self._failures})
         time.sleep(min(5.0, 0.1 * 2 ** min(self._failures, 6)))
 
+    def _rebuild(self, why: str) -> None:
+        """``_recreate``, logging instead of raising when the new client cannot start (broker away:
+        ``next_batch`` builds one again)."""
+        try:
+            self._recreate(why)
+        except Exception as exc:  # noqa: BLE001
+            log.error("could not recreate the consumer", extra={"error": repr(exc)})
+
     def _recreate(self, why: str) -> None:
         log.warning("recreating Kafka consumer", extra={"reason": why})
         self.recreated += 1
@@ -416,6 +429,13 @@ class BatchingConsumer:
                 log.info("partition assigned", extra={"topic": tp.topic, "partition": tp.partition, "start": (
                     off if off is not None else "committed offset, else earliest")})
         log.info("group assignment", extra={"partitions": [tp.partition for tp in tps], **group_view(self)})
+        # As the group's leader, rebuild (next _poll) when the coordinator's answer broke the group
+        # protocol: tansu can answer a SyncGroup with an earlier assignment of the same generation,
+        # and kafka-python would never rejoin; a rejoin keeps the generation (assignment_check).
+        if (why := self._join_check.judge(self._consumer, tps)) is not None:
+            self.assignments_refused += 1
+            self._refused = why
+            log.warning("group assignment refused: rebuilding the consumer", extra={"reason": why})
         self._on_assigned_cb(tps)
 
     def _on_revoked(self, revoked, lost: bool) -> None:
@@ -526,13 +546,14 @@ class BatchingConsumer:
         except Exception as exc:  # noqa: BLE001 - Kafka errors never escape the loop
             self._failed("poll failed", exc)
             if self._failures >= _RECREATE_AFTER:
-                try:
-                    self._recreate(f"{self._failures} consecutive poll failures: {exc!r}")
-                except Exception as exc2:  # noqa: BLE001
-                    log.error("could not recreate the consumer", extra={"error": repr(exc2)})
+                self._rebuild(f"{self._failures} consecutive poll failures: {exc!r}")
             return
         if heal_lost_join(self._consumer):
             self.rejoins_forced += 1
+        if self._refused is not None:
+            why, self._refused = self._refused, None
+            self._rebuild(why)
+            return
         now = time.monotonic()
         if self._watch_join(now):
             return
@@ -638,36 +659,42 @@ class BatchingConsumer:
 
     def commit_async(self, offsets: dict[TopicPartition, int]) -> None:
         """Commit ``{tp: next_offset}`` without waiting; failures are logged (the snapshot holds the truth)."""
-        c = self._consumer
-        if c is None or not offsets:
-            return
-
-        def done(committed, response):
-            if isinstance(response, BaseException):
-                self.last_error = repr(response)
-                log.warning("offset commit failed", extra={"error": repr(response), "offsets": {
-                    f"{tp.topic}:{tp.partition}": om.offset for tp, om in committed.items()}})
-
-        try:
-            c.commit_async({tp: OffsetAndMetadata(int(off), "", -1) for tp, off in offsets.items()}, callback=done)
-        except Exception as exc:  # noqa: BLE001
-            self.last_error = repr(exc)
-            log.warning("offset commit failed", extra={"error": repr(exc)})
+        if self._consumer is not None and offsets:
+            commit_offsets(self._consumer, offsets, self._commit_failed, None)
 
     def commit(self, offsets: dict[TopicPartition, int], timeout_s: float = 10.0) -> bool:
         """Commit ``{tp: next_offset}`` to the group. Advisory (the snapshot holds the truth): errors are logged."""
-        c = self._consumer
-        if c is None or not offsets:
-            return False
-        try:
-            c.commit({tp: OffsetAndMetadata(int(off), "", -1) for tp, off in offsets.items()},
-                     timeout_ms=int(timeout_s * 1000))
-            return True
-        except Exception as exc:  # noqa: BLE001
-            self.last_error = repr(exc)
-            log.warning("offset commit failed", extra={"error": repr(exc), "offsets": {
-                f"{tp.topic}:{tp.partition}": off for tp, off in offsets.items()}})
-            return False
+        return (self._consumer is not None and bool(offsets)
+                and commit_offsets(self._consumer, offsets, self._commit_failed, timeout_s))
+
+    def _commit_failed(self, error: str) -> None:
+        self.last_error = error
+
+
+def commit_offsets(client, offsets: dict[TopicPartition, int], failed: Callable[[str], None],
+                   timeout_s: float | None) -> bool:
+    """Commit ``{tp: next_offset}`` with the KafkaConsumer ``client``: waiting up to ``timeout_s``
+    (True when committed), or without waiting when it is None. A failure is logged and passed to
+    ``failed`` (its repr), never raised."""
+    def report(error, offs: dict) -> None:
+        failed(repr(error))
+        log.warning("offset commit failed", extra={"error": repr(error), "offsets": {
+            f"{tp.topic}:{tp.partition}": off for tp, off in offs.items()}})
+
+    def done(committed, response):  # commit_async's callback
+        if isinstance(response, BaseException):
+            report(response, {tp: om.offset for tp, om in committed.items()})
+
+    request = {tp: OffsetAndMetadata(int(off), "", -1) for tp, off in offsets.items()}
+    try:
+        if timeout_s is None:
+            client.commit_async(request, callback=done)
+        else:
+            client.commit(request, timeout_ms=int(timeout_s * 1000))
+        return True
+    except Exception as exc:  # noqa: BLE001
+        report(exc, offsets)
+        return False
 
 
 def group_view(consumer: BatchingConsumer) -> dict:
