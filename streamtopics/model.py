@@ -40,7 +40,7 @@ from .supervised.classifier import SupervisedHead, no_topic_mass
 from .supervised.targets import conform_targets, is_missing
 from .text import Tokenizer, Vocabulary
 from .trends import PrevalenceTracker
-from .updates import MemoizedUpdate, classifier_decay, schedule_advance, schedule_step
+from .updates import STEP_DOCS, MemoizedUpdate, classifier_decay, schedule_advance, schedule_step
 
 ENGINES = ("lsparse", "alias")
 UPDATES = ("stochastic", "memoized")
@@ -238,7 +238,7 @@ class TopicModel:
         """
         t0 = time.perf_counter()
         alpha_used, version_before, steps_before = self.state.alpha, self.state.version, self.state.steps
-        labels = self._batch_labels(batch, labels)
+        labels = batch_labels(self.head, batch, labels)
         if learn and not self.state.fully_seeded and batch.n_tokens > 0:
             self.initialize(batch)
         sup_step = learn and labels is not None and batch.n_docs > 0
@@ -255,6 +255,8 @@ class TopicModel:
         t2 = time.perf_counter()
         sup_counts = None
         if sup_step:
+            if learn and batch.n_docs > STEP_DOCS and self.features != "supervised":
+                feats = self.feature_counts(batch)  # after its update: a big step's topics moved (supervised.md §4)
             feats = training_counts(self.features, result, feats)
             # head_key (fit's stochastic laps): a revisited batch replaces its classifier statistics
             info["supervised"] = self.head.update(normalise_rows(feats), labels,
@@ -270,16 +272,6 @@ class TopicModel:
                              version=self.state.version, doc_topic_supervised=sup_counts)
         out.doc_topic, out.alpha, out.stats = pre.doc_topic, alpha_used, self.last_stats
         return out
-
-    def _batch_labels(self, batch: Batch, labels):
-        if labels is None:
-            return None
-        if self.head is None:
-            raise ValueError("labels given to a model without supervision (set supervision=...)")
-        labels = list(labels)
-        if len(labels) != batch.n_docs:
-            raise ValueError(f"{len(labels)} labels for {batch.n_docs} documents")
-        return None if all(is_missing(t) for t in labels) else labels
 
     def local_steps(self, batch: Batch, labels=None, learn: bool = True, head: SupervisedHead | None = None):
         """(learning result, label-free result, classifier features (``feature_counts``), scores,
@@ -362,13 +354,21 @@ class TopicModel:
         return fitting.fit(self, docs, labels, n_iter=n_iter, tol=tol, batch_size=batch_size, n_sweeps=n_sweeps)
 
     def partial_fit_transform(self, docs: Sequence, labels=None, batch_key=None) -> np.ndarray:
-        """Prequential step: document-topic proportions under the model *before* learning from docs."""
+        """Prequential step: document-topic proportions under the model *before* learning from docs.
+        Stochastic update, no ``batch_key``: more than STEP_DOCS (256) documents are learned as even
+        consecutive steps of at most that many, each part's proportions from the model before it
+        (``step_cuts``; as gensim's ``chunksize``, scikit-learn's ``batch_size``)."""
         docs, labels = self.check_docs_labels(docs, labels)
         with reading_ahead(self):
-            batch = self.prepare(self.tokenize(docs), grow=True)
-            if not self.state.initialized and batch.n_tokens == 0:  # no topics and no word: nothing to learn
-                return np.full((batch.n_docs, self.n_topics), 1.0 / self.n_topics)
-            return self.process(batch, learn=True, batch_key=batch_key, labels=labels).theta
+            tokens = self.tokenize(docs)  # every document checked before any part is learned
+            cuts = step_cuts(len(tokens)) if batch_key is None and self.updater.name == "stochastic" else None
+            if cuts is None or len(cuts) == 1:
+                return learn_tokens(self, tokens, labels, batch_key)
+        out = []
+        for a, b in cuts:
+            with reading_ahead(self):
+                out.append(learn_tokens(self, tokens[a:b], None if labels is None else labels[a:b], None))
+        return np.vstack(out)
 
     def initialize(self, batch: Batch) -> None:
         """Seed topics from ``batch``: the first batch, then later ones while topics wait (``seeding.seed``)."""
@@ -476,6 +476,34 @@ class TopicModel:
     @classmethod
     def from_snapshot_parts(cls, header: dict, arrays: dict) -> "TopicModel":
         return model_io.restore_model(cls, header, arrays)
+
+
+def step_cuts(n_docs: int) -> list[tuple[int, int]]:
+    """``partial_fit``'s parts of a call of ``n_docs`` documents: ceil(n_docs / STEP_DOCS) consecutive
+    ranges of (nearly) equal size, at most STEP_DOCS each (docs/defaults.md §5)."""
+    parts = max(1, -(-n_docs // STEP_DOCS))
+    cut = [round(i * n_docs / parts) for i in range(parts + 1)]
+    return list(zip(cut[:-1], cut[1:]))
+
+
+def learn_tokens(model: TopicModel, tokens: list[list[str]], labels, batch_key) -> np.ndarray:
+    """One learning step of ``model`` on tokenized documents; their prequential proportions."""
+    batch = model.prepare(tokens, grow=True)
+    if not model.state.initialized and batch.n_tokens == 0:  # no topics and no word: nothing to learn
+        return np.full((batch.n_docs, model.n_topics), 1.0 / model.n_topics)
+    return model.process(batch, learn=True, batch_key=batch_key, labels=labels).theta
+
+
+def batch_labels(head: SupervisedHead | None, batch: Batch, labels):
+    """``process``'s labels as a list of one per document, or None when there are none to learn."""
+    if labels is None:
+        return None
+    if head is None:
+        raise ValueError("labels given to a model without supervision (set supervision=...)")
+    labels = list(labels)
+    if len(labels) != batch.n_docs:
+        raise ValueError(f"{len(labels)} labels for {batch.n_docs} documents")
+    return None if all(is_missing(t) for t in labels) else labels
 
 
 def predict_from(head: SupervisedHead | None, doc_topic: np.ndarray):

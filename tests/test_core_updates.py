@@ -92,18 +92,22 @@ def test_a_small_batch_is_a_fraction_of_a_step():
 
 
 def test_the_schedule_position_counts_fractions_and_is_saved():
-    """TopicModel.learn advances ``state.steps`` by min(1, |B| / STEP_DOCS); a snapshot keeps it, and a
+    """TopicModel.learn advances ``state.steps`` by min(1, |B| / STEP_DOCS) (``partial_fit`` cuts a longer
+    call into even parts of at most STEP_DOCS first); a snapshot keeps it, and a
     snapshot written before the field restores it as the update count (every update was one step)."""
     docs = [[f"w{i % 30}", f"w{(i * 7) % 30}", "x"] for i in range(600)]
     m = TopicModel(n_topics=4, seed=0)
-    for lo, hi in ((0, 64), (64, 96), (96, 96 + 300)):
+    for lo, hi in ((0, 64), (64, 96)):
         m.partial_fit(docs[lo:hi])
+    m.process(m.prepare(m.tokenize(docs[96:396])))  # a batch of 300 (the daemon's, fit's) is one step
     assert m.state.n_updates == 3 and m.state.steps == 0.25 + 0.125 + 1.0
+    m.partial_fit(docs[:300])  # partial_fit cuts a call of 300 into two steps of 150
+    assert m.state.n_updates == 5 and m.state.steps == pytest.approx(0.25 + 0.125 + 1.0 + 2 * 150 / 256)
     header = m.state.header()
     back = ModelState.restore(header, m.state.arrays())
     assert back.steps == m.state.steps
     del header["steps"]
-    assert ModelState.restore(header, m.state.arrays()).steps == 3.0
+    assert ModelState.restore(header, m.state.arrays()).steps == 5.0
 
 
 @pytest.mark.parametrize("n_updates,rho_min", [(0, 0.0), (4, 0.0), (500, 0.2)])

@@ -432,3 +432,30 @@ def test_regression_head_on_real_text_fits_as_well_as_least_squares_on_its_featu
         return 1 - np.mean((y_te[ok_te] - p) ** 2) / np.var(y_te[ok_te])
     assert r2(ridge) > 0.8, r2(ridge)  # the features carry the response
     assert r2(pred[ok_te]) > r2(ridge) - 0.01, (r2(pred[ok_te]), r2(ridge))
+
+
+def test_one_partial_fit_call_with_every_labelled_document_learns_like_steps_of_256():
+    """A user's first call: every labelled document at once. It was one step from the seeds and
+    predicted below the majority class (R8, K = 20: hinge 0.115, majority 0.495; 0.965 in calls of
+    256); the call is now cut into even steps of at most 256 (docs/defaults.md §5): 0.966."""
+    train, test = load_reuters_r8("train")[:2000], load_reuters_r8("test")[:600]
+    X, y = [d.text for d in train], [d.label for d in train]
+    one = TopicModel(n_topics=20, supervision="hinge", threads=1, seed=0).partial_fit(X, labels=y)
+    steps = TopicModel(n_topics=20, supervision="hinge", threads=1, seed=0)
+    cut = [round(i * len(X) / 8) for i in range(9)]  # 2,000 documents: 8 steps of 250
+    for a, b in zip(cut[:-1], cut[1:]):
+        steps.partial_fit(X[a:b], labels=y[a:b])
+    assert one.version == steps.version == 8
+    np.testing.assert_array_equal(one.topic_word(), steps.topic_word())
+    pred = one.predict([d.text for d in test])
+    acc = float(np.mean([p == d.label for p, d in zip(pred, test)]))
+    majority = max(np.mean([d.label == lab for d in test]) for lab in set(y))
+    assert acc > 0.9 > majority + 0.3, (acc, majority)
+
+
+def test_a_bad_document_anywhere_in_a_long_call_fails_it_before_anything_is_learned():
+    docs = [d.text for d in load_reuters_r8("train")[:600]]
+    m = TopicModel(n_topics=10, threads=1)
+    with pytest.raises(TypeError, match="document 599"):
+        m.partial_fit(docs[:599] + [{"not": "text"}])
+    assert m.version == 0 and len(m.vocabulary) == 0
