@@ -95,6 +95,16 @@ def write_failure_reason(exc: BaseException) -> str:
     return "other"
 
 
+def _plain(x):
+    """msgpack's fallback for the header: numpy scalars (a parameter given as ``np.int64(100)`` or
+    ``np.float32(0.1)``, accepted by the model) as the Python numbers they stand for."""
+    if isinstance(x, np.generic) and x.dtype.kind in "biuf":
+        return x.item()
+    if isinstance(x, int):  # msgpack's integers are 64-bit
+        raise TypeError(f"cannot write the integer {x} into a snapshot header: beyond 64 bits")
+    raise TypeError(f"cannot write a {type(x).__name__} into a snapshot header")
+
+
 def _pad(n: int) -> int:
     return (-n) % _ALIGN
 
@@ -130,13 +140,13 @@ def encode(header: dict, arrays: dict[str, np.ndarray]) -> list:
     for entry in directory:
         entry["offset"] = 2**62
     full = dict(header, arrays=directory, format_version=FORMAT_VERSION)
-    head_len = len(msgpack.packb(full, use_bin_type=True))
+    head_len = len(msgpack.packb(full, use_bin_type=True, default=_plain))
     pos = _PREAMBLE.size + head_len
     for entry, raw in zip(directory, blobs):
         pos += _pad(pos)
         entry["offset"] = pos
         pos += len(raw)
-    head = msgpack.packb(full, use_bin_type=True)
+    head = msgpack.packb(full, use_bin_type=True, default=_plain)
     assert len(head) <= head_len  # msgpack ints only shrink when offsets shrink
     chunks = [_PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, head_len), head, b"\x00" * (head_len - len(head))]
     # msgpack stops at the end of the map, so trailing pad bytes after it are ignored on read.

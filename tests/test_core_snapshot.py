@@ -436,3 +436,25 @@ def test_snapshot_file_mode_follows_the_umask(tmp_path, umask, mode):
     finally:
         os.umask(old)
     assert (tmp_path / "m.stsnap").stat().st_mode & 0o777 == mode
+
+
+def test_parameters_given_as_numpy_numbers_save_and_load(tmp_path):
+    """A hyperparameter sweep over np.arange / a DataFrame column hands the model numpy numbers; the
+    model accepts them, and ``save`` used to fail after training (msgpack: "can not serialize
+    'numpy.int64'"), leaving the trained model unsaved (library audit, 2026-11-29)."""
+    from streamtopics.options import Hinge, LSparse, Vocabulary
+
+    docs = [d.text for d in load_reuters_r8("train")[:300]]
+    labels = [d.label for d in load_reuters_r8("train")[:300]]
+    m = TopicModel(n_topics=np.int64(8), alpha=np.float32(0.1), beta=np.float32(0.02), seed=np.int64(3),
+                   threads=np.int64(1), engine=LSparse(sparsity=np.int64(4)), supervision=Hinge(c=np.float32(2)),
+                   vocabulary=Vocabulary(cap=np.int64(5000)))
+    m.partial_fit(docs, labels=labels)
+    path = tmp_path / "m.stsnap"
+    m.save(path)
+    back = load_snapshot(path)
+    assert back.n_topics == 8 and back.get_params()["seed"] == 3
+    np.testing.assert_array_equal(back.transform(docs[:50]), m.transform(docs[:50]))
+    assert back.predict(docs[:50]) == m.predict(docs[:50])
+    with pytest.raises(TypeError, match="beyond 64 bits"):
+        TopicModel(n_topics=4, seed=2**70).partial_fit(docs[:20]).save(tmp_path / "big.stsnap")
