@@ -571,11 +571,15 @@ def learned_alpha(update, state, doc_topic: np.ndarray, n_docs: int) -> float:
 
 def heldout_of(model: TopicModel, docs: Sequence, seed: int) -> float:
     """``TopicModel.heldout_loglik``: ``NotFittedError`` before any topics, ValueError when no word
-    of ``docs`` is known to the model (the mean over no tokens was a NaN with a numpy warning)."""
+    of ``docs`` is known to the model, or no document has two known word types (the mean over no
+    tokens was a NaN with a numpy warning)."""
     require_topics(model.state)
     batch = model.prepare(model.tokenize(docs), grow=False)
     if batch.n_tokens == 0:
         raise ValueError("heldout_loglik: no word of these documents is in the model's vocabulary")
+    if not (np.diff(batch.doc_ptr) >= 2).any():  # document completion needs two known word types
+        raise ValueError("heldout_loglik: no document has two distinct words in the model's vocabulary "
+                         "(each is split into words to condition on and words to predict)")
     return heldout_loglik_arrays(model.topic_word(), batch, model.state.alpha, seed=seed)
 
 

@@ -295,4 +295,7 @@ def test_the_library_on_odd_inputs_answers_as_the_daemon_does():
         warnings.simplefilter("error")  # no numpy RuntimeWarning either
         with pytest.raises(ValueError, match="no word of these documents"):
             h.heldout_loglik(["zzz qqq", ""])
+        one_type = [docs[0].split()[0], " ".join([docs[1].split()[0]] * 3) + " zzz"]  # < 2 known types each
+        with pytest.raises(ValueError, match="no document has two distinct words"):
+            h.heldout_loglik(one_type)
         assert np.isfinite(h.heldout_loglik(docs))
