@@ -442,8 +442,8 @@ class TopicModel:
         return self.vocab.words
 
     def top_words(self, topic: int, n: int = 10) -> list[str]:
-        if not 0 <= topic < self.n_topics:
-            raise IndexError(f"topic {topic} out of range [0, {self.n_topics})")
+        if check_top_words(topic, n, self.n_topics) == 0:
+            return []
         row = self.state.mu[: self.state.n_words, topic]
         n = min(n, row.size)
         idx = np.argpartition(-row, n - 1)[:n] if n < row.size else np.arange(row.size)
@@ -476,6 +476,17 @@ class TopicModel:
     @classmethod
     def from_snapshot_parts(cls, header: dict, arrays: dict) -> "TopicModel":
         return model_io.restore_model(cls, header, arrays)
+
+
+def check_top_words(topic, n, n_topics: int) -> int:
+    """``top_words``' arguments checked (IndexError / ValueError naming them); returns ``n``."""
+    def integer(x) -> bool:
+        return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+    if not integer(topic) or not 0 <= topic < n_topics:
+        raise IndexError(f"topic must be an integer in [0, {n_topics}) (got {topic!r})")
+    if not integer(n) or n < 0:
+        raise ValueError(f"n must be an integer >= 0 (got {n!r})")
+    return int(n)
 
 
 def step_cuts(n_docs: int) -> list[tuple[int, int]]:

@@ -299,3 +299,16 @@ def test_the_library_on_odd_inputs_answers_as_the_daemon_does():
         with pytest.raises(ValueError, match="no document has two distinct words"):
             h.heldout_loglik(one_type)
         assert np.isfinite(h.heldout_loglik(docs))
+
+
+def test_top_words_checks_its_arguments():
+    """A negative n returned the vocabulary minus |n| words; a float or string topic gave numpy's
+    errors (library audit, 2026-11-29)."""
+    m = TopicModel(n_topics=3, threads=1, seed=0).fit(["apple banana cherry dates", "cherry dates eggs figs",
+                                                       "xray yacht zebra apple"] * 10)
+    assert len(m.top_words(0, 2)) == 2 and m.top_words(1, 0) == [] and len(m.top_words(np.int64(2), np.int64(3))) == 3
+    with pytest.raises(ValueError, match="n must be an integer >= 0"):
+        m.top_words(0, -3)
+    for topic in (1.0, "0", 3, -1, True):
+        with pytest.raises(IndexError, match=r"topic must be an integer in \[0, 3\)"):
+            m.top_words(topic)
