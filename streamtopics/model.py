@@ -137,7 +137,7 @@ class TopicModel:
     def flat_params(self) -> dict:
         return flat_params(self.options.slots())
 
-    def get_params(self) -> dict:
+    def get_params(self, deep: bool = True) -> dict:
         """Every setting under its flat keyword (``TopicModel(**get_params())`` rebuilds the model)."""
         p = {"n_topics": self.n_topics, "engine": self.engine, "update": self.update, "alpha": self.alpha,
              "beta": self.beta, "seed": self.seed, "init": self.init, "init_smoothing": self.init_smoothing,
@@ -145,6 +145,11 @@ class TopicModel:
         if p["stopwords"] is not None and not isinstance(p["stopwords"], str):
             p["stopwords"] = sorted(p["stopwords"])
         return {k: p[k] for k in _PARAMS}
+
+    def set_params(self, **params) -> "TopicModel":
+        """scikit-learn's: the model rebuilt, untrained, with these settings changed (``clone``, searches)."""
+        self.__init__(**{**self.get_params(), **params})
+        return self
 
     def reset(self) -> None:
         """Fresh tokenizer, vocabulary, state, engine, update and classifier; generator reset to ``seed``."""
@@ -442,14 +447,7 @@ class TopicModel:
         return self.vocab.words
 
     def top_words(self, topic: int, n: int = 10) -> list[str]:
-        if check_top_words(topic, n, self.n_topics) == 0:
-            return []
-        row = self.state.mu[: self.state.n_words, topic]
-        n = min(n, row.size)
-        idx = np.argpartition(-row, n - 1)[:n] if n < row.size else np.arange(row.size)
-        idx = idx[np.argsort(-row[idx], kind="stable")]
-        words = self.vocab.words
-        return [words[i] for i in idx]
+        return top_words_of(self, topic, n)
 
     def heldout_loglik(self, docs: Sequence, seed: int = 0) -> float:
         """Mean per-token document-completion log-likelihood (80/20 split by word type)."""
@@ -476,6 +474,19 @@ class TopicModel:
     @classmethod
     def from_snapshot_parts(cls, header: dict, arrays: dict) -> "TopicModel":
         return model_io.restore_model(cls, header, arrays)
+
+
+def top_words_of(model: TopicModel, topic, n) -> list[str]:
+    """``TopicModel.top_words``: topic ``topic``'s ``n`` most probable words, most probable first."""
+    n = check_top_words(topic, n, model.n_topics)
+    row = model.state.mu[: model.state.n_words, topic]
+    n = min(n, row.size)
+    if n == 0:
+        return []
+    idx = np.argpartition(-row, n - 1)[:n] if n < row.size else np.arange(row.size)
+    idx = idx[np.argsort(-row[idx], kind="stable")]
+    words = model.vocab.words
+    return [words[i] for i in idx]
 
 
 def check_top_words(topic, n, n_topics: int) -> int:

@@ -312,3 +312,16 @@ def test_top_words_checks_its_arguments():
     for topic in (1.0, "0", 3, -1, True):
         with pytest.raises(IndexError, match=r"topic must be an integer in \[0, 3\)"):
             m.top_words(topic)
+
+
+def test_scikit_learn_clone_protocol_get_params_deep_and_set_params():
+    """``sklearn.base.clone(model)`` failed: get_params had no ``deep`` and there was no set_params
+    (library audit). clone rebuilds from get_params(deep=False) and checks every parameter comes
+    back as the same object; searches call set_params."""
+    m = TopicModel(n_topics=7, alpha=0.3, supervision="hinge", sparsity=6, seed=4)
+    params = m.get_params(deep=False)
+    twin = TopicModel(**params)
+    assert all(twin.get_params(deep=False)[k] is v or twin.get_params(deep=False)[k] == v for k, v in params.items())
+    assert m.set_params(n_topics=9, sup_c=2.0) is m
+    assert m.n_topics == 9 and m.sparsity == 6 and m.seed == 4 and m.get_params()["sup_c"] == 2.0
+    assert m.state.n_topics == 9 and not m.state.initialized
