@@ -31,7 +31,7 @@ from .components import build_engine, build_update
 from .evaluate import heldout_loglik_arrays
 from .features import feature_step, resolve_features, training_counts
 from .hyper import alpha_step
-from .options import FLAT, INITS, ModelOptions, Stochastic, flat_params
+from .options import FLAT, INITS, ModelOptions, Stochastic, flat_params, is_integer
 from .parallel import ThreadRunner, resolve_threads
 from .results import BatchResult
 from .state import ModelState, require_topics
@@ -260,7 +260,7 @@ class TopicModel:
         t2 = time.perf_counter()
         sup_counts = None
         if sup_step:
-            if learn and batch.n_docs > STEP_DOCS and self.features != "supervised":
+            if batch.n_docs > STEP_DOCS and self.features != "supervised":  # sup_step: learning
                 feats = self.feature_counts(batch)  # after its update: a big step's topics moved (supervised.md §4)
             feats = training_counts(self.features, result, feats)
             # head_key (fit's stochastic laps): a revisited batch replaces its classifier statistics
@@ -366,8 +366,9 @@ class TopicModel:
         docs, labels = self.check_docs_labels(docs, labels)
         with reading_ahead(self):
             tokens = self.tokenize(docs)  # every document checked before any part is learned
-            cuts = step_cuts(len(tokens)) if batch_key is None and self.updater.name == "stochastic" else None
-            if cuts is None or len(cuts) == 1:
+            split = batch_key is None and self.updater.name == "stochastic"
+            cuts = step_cuts(len(tokens)) if split else [(0, len(tokens))]
+            if len(cuts) == 1:  # one step: learned inside this read-ahead, with its key
                 return learn_tokens(self, tokens, labels, batch_key)
         out = []
         for a, b in cuts:
@@ -491,11 +492,9 @@ def top_words_of(model: TopicModel, topic, n) -> list[str]:
 
 def check_top_words(topic, n, n_topics: int) -> int:
     """``top_words``' arguments checked (IndexError / ValueError naming them); returns ``n``."""
-    def integer(x) -> bool:
-        return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-    if not integer(topic) or not 0 <= topic < n_topics:
+    if not is_integer(topic) or not 0 <= topic < n_topics:
         raise IndexError(f"topic must be an integer in [0, {n_topics}) (got {topic!r})")
-    if not integer(n) or n < 0:
+    if not is_integer(n) or n < 0:
         raise ValueError(f"n must be an integer >= 0 (got {n!r})")
     return int(n)
 

@@ -48,7 +48,8 @@ class OptionError(ValueError):
 
 
 # -- field rules: (predicate, what the value must be) ------------------------------------------
-def _is_int(v) -> bool:
+def is_integer(v) -> bool:
+    """An integer (Python or numpy), not a bool."""
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
@@ -57,11 +58,11 @@ def _is_num(v) -> bool:
 
 
 def _int_ge(lo):
-    return lambda v: _is_int(v) and v >= lo, f"must be an integer >= {lo}"
+    return lambda v: is_integer(v) and v >= lo, f"must be an integer >= {lo}"
 
 
 def _opt_int_ge(lo):
-    return lambda v: v is None or (_is_int(v) and v >= lo), f"must be None or an integer >= {lo}"
+    return lambda v: v is None or (is_integer(v) and v >= lo), f"must be None or an integer >= {lo}"
 
 
 def _one_of(choices):

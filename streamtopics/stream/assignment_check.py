@@ -32,7 +32,8 @@ from kafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
-__all__ = ["JoinCheck", "LeaderCheck", "RecordingAssignor", "computed_group", "recording_assignors"]
+__all__ = ["JoinCheck", "LeaderCheck", "RecordingAssignor", "computed_group", "leading", "member_generation",
+           "recording_assignors"]
 
 
 class RecordingAssignor(AbstractPartitionAssignor):
@@ -76,14 +77,27 @@ def recording_assignors() -> tuple[RecordingAssignor, ...]:
     return RecordingAssignor(RangePartitionAssignor), RecordingAssignor(RoundRobinPartitionAssignor)
 
 
+def leading(assignors) -> RecordingAssignor | None:
+    """The assignor that computed the group's assignment in this member's current join; None
+    when the member did not lead it."""
+    return next((a for a in assignors if getattr(a, "computed", None) is not None), None)
+
+
 def computed_group(assignors) -> dict[str, frozenset] | None:
     """The group's assignment this member computed as the leader of its current join ({member id:
     (topic, partition) pairs}); None when it did not lead it."""
-    for a in assignors:
-        computed = getattr(a, "computed", None)
-        if computed is not None:
-            return computed
-    return None
+    a = leading(assignors)
+    return None if a is None else a.computed
+
+
+def member_generation(consumer) -> tuple[str, int] | None:
+    """(member id, generation) of a KafkaConsumer's group membership; None where kafka-python's
+    internals differ."""
+    try:
+        gen = consumer._coordinator._generation
+        return gen.member_id, int(gen.generation_id)
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 def _parts(pairs) -> list[int]:
@@ -144,13 +158,9 @@ class JoinCheck:
     def judge(self, consumer, tps) -> str | None:
         """``LeaderCheck.verdict`` for the partitions ``tps`` just assigned to the KafkaConsumer
         ``consumer``; None when its member id or generation cannot be read (kafka-python internals)."""
-        try:
-            gen = consumer._coordinator._generation
-            member, generation = gen.member_id, int(gen.generation_id)
-        except (AttributeError, TypeError, ValueError):
+        mg = member_generation(consumer)
+        if mg is None:
             return None
-        for a in self.assignors:
-            if a.computed is not None:
-                self.group_topics = a.topics
-        return self.leader.verdict(self.assignors, member, generation,
-                                   frozenset((tp.topic, tp.partition) for tp in tps))
+        if (led := leading(self.assignors)) is not None:
+            self.group_topics = led.topics
+        return self.leader.verdict(self.assignors, *mg, frozenset((tp.topic, tp.partition) for tp in tps))

@@ -48,7 +48,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.structs import OffsetAndMetadata
 
-from .assignment_check import JoinCheck
+from .assignment_check import JoinCheck, member_generation
 from .batching import PartitionBuffers
 
 __all__ = ["BatchingConsumer", "ConnectionWatch", "JoinWatch", "RecordBatch", "heal_lost_join",
@@ -705,12 +705,9 @@ def group_view(consumer: BatchingConsumer) -> dict:
     internals differ; never blocks."""
     view: dict = {}
     client = consumer._consumer
-    try:
-        coord = client._coordinator
-        view["generation"] = int(coord._generation.generation_id)
-        view["leader"] = bool(getattr(coord, "_is_leader", False))
-    except Exception:  # noqa: BLE001 - kafka-python internals; absent -> not reported
-        pass
+    if (mg := member_generation(client)) is not None:
+        view["generation"] = mg[1]
+        view["leader"] = bool(getattr(client._coordinator, "_is_leader", False))
     try:
         known = client._client.cluster.partitions_for_topic(consumer.topic)
         view["topic_partitions"] = sorted(known) if known is not None else None
