@@ -481,6 +481,10 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
 
     spelled: dict[str, str] = {}  # [model] keys given in a sub-table: flat key -> "engine.sparsity"
     for sname, table in data.items():
+        if not isinstance(table, Mapping) and _placed(sname):  # ``n_topics = 50`` above every [section]
+            errors.append(f"config error: {sname} = {_fmt(table)} is outside every [section]: keys go under "
+                          f"their section's header (did you mean {_placed(sname)}?)")
+            continue
         if sname not in _SECTIONS:
             errors.append(f"config error: unknown section [{sname}]{_suggest(sname, _SECTIONS, '[{}]')}")
             continue
@@ -501,6 +505,10 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
                 values[sname][key] = (value, None)
 
     for var in sorted(env):
+        if var.startswith(ENV_PREFIX) and "__" not in var[len(ENV_PREFIX):] and _single_underscore(var):
+            errors.append(f"config error: {var} is not read: a double underscore separates section and key "
+                          f"(did you mean {_single_underscore(var)}?)")
+            continue
         if not var.startswith(ENV_PREFIX) or "__" not in var[len(ENV_PREFIX):]:
             continue
         sname, _, key = var[len(ENV_PREFIX):].lower().partition("__")
@@ -549,6 +557,25 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     if errors:
         raise ConfigError(errors)
     return cfg
+
+
+def _placed(name: str) -> str:
+    """Where a key found above every section belongs: ``model.n_topics under [model]`` (a key of
+    that name, else the closest key name of any section), or "" when nothing is close."""
+    keys = {f.name: s for s, cls in _SECTIONS.items() for f in dataclasses.fields(cls)}
+    match = [name] if name in keys else difflib.get_close_matches(name, list(keys), n=1, cutoff=0.75)
+    return f"{keys[match[0]]}.{match[0]} under [{keys[match[0]]}]" if match else ""
+
+
+def _single_underscore(var: str) -> str:
+    """``STREAMTOPICS_MODEL_N_TOPICS`` -> ``STREAMTOPICS_MODEL__N_TOPICS`` when the part after the
+    section names one of its keys exactly; "" otherwise (``STREAMTOPICS_DATA_DIR`` and the other
+    variables of the tools are not config keys)."""
+    rest = var[len(ENV_PREFIX):].lower()
+    for sname, cls in _SECTIONS.items():
+        if rest.startswith(sname + "_") and rest[len(sname) + 1:] in {f.name for f in dataclasses.fields(cls)}:
+            return f"{ENV_PREFIX}{sname.upper()}__{rest[len(sname) + 1:].upper()}"
+    return ""
 
 
 def _suggest(word: str, candidates: Any, template: str, upper: bool = False) -> str:

@@ -177,6 +177,34 @@ def test_unknown_keys_suggest_the_close_one():
     ]
 
 
+def test_a_key_above_every_section_names_its_section():
+    # A user's first file often starts "n_topics = 50": TOML reads it as a top-level key, which
+    # was reported as an unknown section with a suggestion of [topics] (the Kafka topic names).
+    assert errors_of({"n_topics": 50}) == [
+        "config error: n_topics = 50 is outside every [section]: keys go under their section's header "
+        "(did you mean model.n_topics under [model]?)"
+    ]
+    assert errors_of({"bootstrap_servers": "h:9092"}) == [
+        'config error: bootstrap_servers = "h:9092" is outside every [section]: keys go under their '
+        "section's header (did you mean kafka.bootstrap_servers under [kafka]?)"
+    ]
+    assert errors_of({"zzz": 1}) == ["config error: unknown section [zzz]"]
+
+
+def test_a_single_underscore_override_is_an_error_not_silence():
+    # STREAMTOPICS_MODEL_N_TOPICS=50 was ignored without a word: the model ran with 100 topics.
+    assert errors_of({}, {"STREAMTOPICS_MODEL_N_TOPICS": "50", "STREAMTOPICS_SNAPSHOT_EVERY_SECONDS": "5"}) == [
+        "config error: STREAMTOPICS_MODEL_N_TOPICS is not read: a double underscore separates section and key "
+        "(did you mean STREAMTOPICS_MODEL__N_TOPICS?)",
+        "config error: STREAMTOPICS_SNAPSHOT_EVERY_SECONDS is not read: a double underscore separates section "
+        "and key (did you mean STREAMTOPICS_SNAPSHOT__EVERY_SECONDS?)",
+    ]
+    # the tools' own variables are not config keys and stay untouched
+    cfg = Config.from_dict({}, {"STREAMTOPICS_DATA_DIR": "/x", "STREAMTOPICS_BROKER_DIR": "/y",
+                                "STREAMTOPICS_CONFIG": "c.toml", "STREAMTOPICS_MODEL__N_TOPICS": "7"})
+    assert cfg.model.n_topics == 7
+
+
 def test_all_errors_reported_together(tmp_path):
     path = write(
         tmp_path,
