@@ -617,6 +617,7 @@ def check_docs_labels(head, docs, labels):
         raise TypeError("labels must be a sequence with one target per document")
     if isinstance(docs, (str, bytes)):
         raise TypeError("docs must be a sequence of documents (a list of str or of token lists), not one str")
+    labels = column_targets(labels, head.task)
     docs, labels = list(docs), list(labels)
     if len(labels) != len(docs):
         raise ValueError(f"{len(labels)} labels for {len(docs)} documents")
@@ -626,6 +627,19 @@ def check_docs_labels(head, docs, labels):
             i, why = next(iter(bad.items()))
             raise ValueError(f"document {i}: {why}")
     return docs, labels
+
+
+def column_targets(labels, task):
+    """A numpy column (N, 1) of targets as its N targets, as scikit-learn's ``column_or_1d`` takes
+    it; a wider 2-D array is refused with what to pass instead (a 0/1 indicator matrix carries
+    no label names)."""
+    if not isinstance(labels, np.ndarray) or labels.ndim < 2:
+        return labels
+    if labels.ndim == 2 and labels.shape[1] == 1:
+        return labels[:, 0]
+    raise ValueError(f"labels must be one target per document, got an array of shape {labels.shape}"
+                     + (": for multi-label targets pass a list of label lists (an indicator matrix's "
+                        "MultiLabelBinarizer.inverse_transform gives them)" if task != "regression" else ""))
 
 
 def _check_top(n_topics, alpha, beta, init, init_smoothing, threads) -> None:

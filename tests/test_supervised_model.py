@@ -66,6 +66,36 @@ def test_multiclass_api_shapes_and_types(corpus, loss):
     assert acc > 0.8, acc
 
 
+def test_targets_in_the_forms_array_users_hold(corpus):
+    """Targets as numpy / pandas hold them: a column (N, 1) is its N targets (scikit-learn's
+    column_or_1d); a wider array is refused naming the list form; labels from a numpy array come
+    back as plain str; pandas' NA is unlabelled; integer class codes get a TypeError saying what
+    to pass (they were refused with no hint)."""
+    docs, _, cls = corpus
+    m = TopicModel(n_topics=6, supervision="logistic", seed=0, sup_sweeps=2)
+    col = np.array(cls[:60]).reshape(-1, 1)
+    m.partial_fit(docs[:60], labels=col)
+    assert all(type(p) is str for p in m.predict(docs[180:190]))
+    assert all(type(n) is str for n in m.label_names)
+    with pytest.raises(ValueError, match=r"shape \(60, 3\).*list of label lists"):
+        m.partial_fit(docs[:60], labels=np.zeros((60, 3)))
+    codes = np.array([int(c[1:]) for c in cls[:60]])
+    with pytest.raises(TypeError, match=r"class labels are strings: pass the class names"):
+        TopicModel(n_topics=6, supervision="hinge").partial_fit(docs[:60], labels=codes)
+
+    class NAType:  # pandas.NA's type, by name (the library does not import pandas)
+        pass
+    na = NAType()
+    with_na = [c if i % 2 else na for i, c in enumerate(cls[60:120])]
+    m.partial_fit(docs[60:120], labels=with_na)  # unlabelled, not a TypeError
+    r = TopicModel(n_topics=6, supervision="regression", seed=0, sup_sweeps=2)
+    r.partial_fit(docs[:60], labels=np.arange(60, dtype=float).reshape(-1, 1))
+    r.partial_fit(docs[60:120], labels=[na if i % 3 == 0 else float(i) for i in range(60)])
+    assert np.isfinite(r.predict(docs[180:190])).all()
+    with pytest.raises(ValueError, match="regression targets must be numbers"):
+        r.partial_fit(docs[:3], labels=["a", "b", "c"])
+
+
 def test_multilabel_api(corpus):
     docs, theta, _ = corpus
     labs = [[f"t{k}" for k in range(K_TRUE) if t[k] > 0.25] for t in theta]

@@ -72,7 +72,7 @@ class LabelVocabulary:
         if not isinstance(label, str):
             raise TypeError(f"labels must be str (got {type(label).__name__} {label!r}); "
                             "convert explicitly, e.g. str(label)")
-        return label
+        return str(label)  # numpy's str_ (labels from an array) as the plain str it is
 
     def index(self, label: str, unknown: str = "error") -> int:
         """Index of a known label; unknown -> ``UnknownLabelError`` or -1 (``unknown="ignore"``)."""

@@ -21,7 +21,18 @@ class Targets:
 
 
 def is_missing(t) -> bool:
-    return t is None or (isinstance(t, float) and math.isnan(t))
+    """None, a float NaN (numpy's too) or pandas' ``NA`` (checked by type name: no pandas import)."""
+    return (t is None or (isinstance(t, (float, np.floating)) and math.isnan(t))
+            or type(t).__name__ == "NAType")
+
+
+def type_hint(t) -> str:
+    """What to do with a target of the wrong type: integer class codes (scikit-learn's
+    ``fetch_20newsgroups().target``) need their names, or a regression model."""
+    if isinstance(t, (int, np.integer)) and not isinstance(t, bool):
+        return ("; class labels are strings: pass the class names (e.g. [names[i] for i in y]) or "
+                "[str(i) for i in y], or supervision='regression' for a numeric target")
+    return ""
 
 
 def infer_task(targets) -> str | None:
@@ -35,7 +46,7 @@ def infer_task(targets) -> str | None:
         if isinstance(t, (list, tuple, set, frozenset)):
             return "multilabel"
         raise TypeError(f"classification targets must be str (multi-class) or lists of str "
-                        f"(multi-label); got {type(t).__name__} {t!r}")
+                        f"(multi-label); got {type(t).__name__} {t!r}{type_hint(t)}")
     return None
 
 
@@ -63,7 +74,11 @@ def conform_targets(targets: list, task: str | None) -> tuple[list, dict[int, st
 
 def encode_responses(targets: list) -> Targets:
     """Regression: floats, None or NaN for unlabelled; one row."""
-    yv = np.array([np.nan if is_missing(t) else float(t) for t in targets], dtype=np.float64).reshape(len(targets), 1)
+    try:
+        yv = np.array([np.nan if is_missing(t) else float(t) for t in targets], dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"regression targets must be numbers, None or NaN ({e})") from None
+    yv = yv.reshape(len(targets), 1)
     mask = np.isfinite(yv)
     if np.isinf(yv).any():
         raise ValueError("regression targets must be finite (None or NaN for unlabelled)")
@@ -78,7 +93,7 @@ def label_lists(task: str, targets: list) -> list:
             per_doc.append(None)
         elif task == "multiclass":
             if not isinstance(t, str):
-                raise TypeError(f"multi-class targets must be str or None (got {type(t).__name__} {t!r})")
+                raise TypeError(f"multi-class targets must be str or None (got {type(t).__name__} {t!r}){type_hint(t)}")
             per_doc.append([t])
         else:
             if isinstance(t, str) or not isinstance(t, (list, tuple, set, frozenset)):
