@@ -57,7 +57,9 @@ def test_model_defaults_track_the_stream_and_survive_a_snapshot(tmp_path):
 
 
 def test_regression_defaults_are_invariant_to_the_response_unit():
-    """y in other units (x 10): with c, eps and nu^2 scaling themselves the predictions scale too."""
+    """y in other units (x 10, and far from 1: a 1e-12 floor on the response's sd took a response in
+    units of 1e-15 for a constant and predicted it 1e12 sds off): with c, eps and nu^2 scaling
+    themselves the predictions scale too."""
     rng = np.random.default_rng(1)
     docs, y = [], []
     for i in range(160):
@@ -66,12 +68,14 @@ def test_regression_defaults_are_invariant_to_the_response_unit():
         docs.append([f"a{v}" for v in rng.choice(15, n1)] + [f"b{v}" for v in rng.choice(15, 30 - n1)])
         y.append(2.0 * g - 0.5 + 0.05 * rng.normal())
     preds = []
-    for s in (1.0, 10.0):
+    scales = (1.0, 10.0, 1e-15, 1e150)
+    for s in scales:
         m = TopicModel(n_topics=3, supervision="regression", seed=0)
         for lo in range(0, 120, 40):
             m.partial_fit(docs[lo:lo + 40], labels=[s * v for v in y[lo:lo + 40]])
         preds.append(np.array(m.predict(docs[120:])))
-    np.testing.assert_allclose(preds[1], 10.0 * preds[0], rtol=1e-6, atol=1e-9)
+    for s, p in zip(scales[1:], preds[1:]):
+        np.testing.assert_allclose(p / s, preds[0], rtol=1e-6, atol=1e-9)
     yt = np.array(y[120:])
     assert 1 - np.sum((yt - preds[0]) ** 2) / np.sum((yt - yt.mean()) ** 2) > 0.8
 

@@ -105,8 +105,8 @@ class ScaleStats:
             ms = self.sum_y2 / self.n_resp
             sd = math.sqrt(max(ms - mean * mean, 0.0))
             rms = math.sqrt(max(ms, 0.0))
-        if not sd > 1e-12:
-            sd = rms if rms > 1e-12 else 1.0
+        if not sd > 1e-9 * rms:  # constant (relative: a response in units of 1e-15 is not constant)
+            sd = rms if rms > 0.0 else 1.0
         return sd, max(rms, sd)
 
     def state(self) -> list:
