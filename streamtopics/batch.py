@@ -25,10 +25,22 @@ class Batch:
     n_tokens: int
     dropped_tokens: int = 0                       # tokens of words refused by the vocabulary cap
     evicted: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    fresh: np.ndarray = field(default_factory=lambda: np.empty(0, bool))  # per ``uniq``: new to the vocabulary with this batch (empty: none)
 
     @property
     def n_docs(self) -> int:
         return self.doc_ptr.shape[0] - 1
+
+    def unknown_docs(self) -> np.ndarray:
+        """(D,) bool: documents with words, none of which the vocabulary held before this batch.
+        The model before the batch knows nothing of them (``transform`` and ``predict`` of the
+        same text see no word: uniform proportions, no label)."""
+        out = np.zeros(self.n_docs, dtype=bool)
+        if self.fresh.size and self.fresh.any():
+            known = np.bincount(np.repeat(np.arange(self.n_docs), np.diff(self.doc_ptr)),
+                                weights=~self.fresh[self.local], minlength=self.n_docs)
+            out = (known == 0) & (np.diff(self.doc_ptr) > 0)
+        return out
 
     def doc_lengths(self) -> np.ndarray:
         """Tokens per document (0 for empty documents)."""
@@ -42,16 +54,42 @@ class Batch:
 def build_batch(token_lists: list[list[str]], vocab: Vocabulary, grow: bool = True) -> Batch:
     """Count tokens per document and map words to ids (growing ``vocab`` when ``grow``).
 
-    One dict pass finds the batch's distinct words; everything after is numpy: the
-    (document, word) pairs are counted with one sort of integer keys.
+    One hashing pass finds the batch's distinct words (``word_index``); the (document, word)
+    pairs are counted and ordered by ``entry_rank`` in two counting passes (``count_pairs``).
     """
-    D, words, pos, cnt, doc_of = _pairs(token_lists)
+    D, words, tok_pos, lengths = _sight(token_lists)
+    ids = vocab.ids(words)
+    doc_of, pos, cnt = count_pairs(tok_pos, lengths, len(words), entry_rank(ids, vocab.counts))
+    evicted = np.empty(0, np.int64)
+    fresh = ids < 0
     if grow:
         totals = np.bincount(pos, weights=cnt, minlength=len(words))
-        ids, evicted = vocab.add_batch(words, totals)
-    else:
-        ids, evicted = vocab.ids(words), np.empty(0, np.int64)
-    return _assemble(D, ids, pos, cnt, doc_of, evicted)
+        ids, evicted = vocab.add_rows(ids, words, totals)
+    return _assemble(D, ids, pos, cnt, doc_of, evicted, fresh)
+
+
+def entry_rank(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Each batch word's place in its documents' entry order: the vocabulary's most frequent
+    words first (its decayed counts before this batch), ties by word id, then the words new to
+    the vocabulary in the order the batch first saw them.
+
+    The local step's cold start is sequential (``engines.lsparse._cold_start``), so this order
+    matters: the frequent words, whose topic rows are well estimated, set a document's direction
+    first, and a new word (a prior-only row) follows it instead of leading it.  The order was
+    the batch's first-seen one until 2026-11-29, a proxy for the same idea, but it made a
+    document's topics depend on its batch-mates: 20NG (df >= 5, K = 100, one pass), 200 test
+    documents in one ``transform`` call against one call each differed by more than 0.01 for
+    55 % of them (max 0.545), R8 32 % (0.406). Now the order is a function of the word and the
+    model, so they are equal bit for bit. Held-out, one pass, mean of seeds 0-2, first-seen ->
+    frequency: 20NG -8.1634 -> -8.1597, R8 -6.1895 -> -6.1883, 20NG subject lines -6.6819 ->
+    -6.6741, 20NG joined in fours -8.3701 -> -8.3700 (docs/defaults.md §7)."""
+    W = ids.shape[0]
+    known = ids >= 0
+    key = np.where(known, counts[np.where(known, ids, 0)] if counts.size else 0.0, -1.0)
+    tie = np.where(known, ids, counts.shape[0] + np.arange(W))
+    rank = np.empty(W, dtype=np.int64)
+    rank[np.lexsort((tie, -key))] = np.arange(W)
+    return rank
 
 
 def build_batch_provisional(token_lists: list[list[str]], vocab: Vocabulary) -> tuple[Batch, list[str]]:
@@ -60,39 +98,31 @@ def build_batch_provisional(token_lists: list[list[str]], vocab: Vocabulary) -> 
     allows; the rest are dropped as by ``grow``). Returns the batch and those words, in id
     order. For a computation whose new words join the vocabulary later, or never (a replica
     computing an update record: docs/scale-out.md)."""
-    D, words, pos, cnt, doc_of = _pairs(token_lists)
+    D, words, tok_pos, lengths = _sight(token_lists)
     ids = vocab.ids(words)
+    doc_of, pos, cnt = count_pairs(tok_pos, lengths, len(words), entry_rank(ids, vocab.counts))
     new = np.flatnonzero(ids < 0)
+    fresh = ids < 0
     room = new.size if vocab.cap is None else max(min(vocab.cap - len(vocab), new.size), 0)
     ids[new[:room]] = len(vocab) + np.arange(room)
     take = new[:room]
-    fresh = words.pick(take) if isinstance(words, FirstSeen) else [words[p] for p in take]
-    return _assemble(D, ids, pos, cnt, doc_of, np.empty(0, np.int64)), fresh
+    new_words = words.pick(take) if isinstance(words, FirstSeen) else [words[p] for p in take]
+    return _assemble(D, ids, pos, cnt, doc_of, np.empty(0, np.int64), fresh), new_words
 
 
-def _pairs(token_lists: list[list[str]]):
-    """(D, the batch's distinct words, and its (document, word position) pairs with counts).
-
-    A document's pairs come in the order the batch first saw its words (position order).  The
-    local step's cold start is sequential (``engines.lsparse._cold_start``), so this order
-    matters: words seen earlier in the batch, mostly the frequent ones with well-estimated topic
-    rows, set the document's direction first.  Measured against a document's own text order,
-    its counts (highest first) and global word ids (one pass, K=100, mean of seeds): 20NG
-    -8.173 against -8.188 / -8.177 / -8.182, R8 -6.172 against -6.171 / -6.192 / -6.174, 20NG
-    subject lines -6.749 against -6.801 / -6.803.  The price: a document's result depends
-    slightly on its batch-mates (as it always did here)."""
+def _sight(token_lists: list[list[str]]):
+    """(D, the batch's distinct words in first-seen order, each token's index among them, tokens per document)."""
     D = len(token_lists)
     lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=D)
     words, pos = first_sight(token_lists, int(lengths.sum()))
-    doc_of, pos, cnt = count_pairs(pos, lengths, len(words))
-    return D, words, pos, cnt, doc_of
+    return D, words, pos, lengths
 
 
 @njit(cache=True, nogil=True)
-def count_pairs(pos, lengths, W):
-    """Per document, its distinct word positions (ascending) and their counts: (document of each
-    pair, position, count), O(tokens + words) with one slot per word and two counting passes
-    (what ``np.unique`` of document * W + position gave, without sorting)."""
+def count_pairs(pos, lengths, W, rank):
+    """Per document, its distinct word positions in ascending ``rank[position]`` (``entry_rank``)
+    and their counts: (document of each pair, position, count), O(tokens + words) with one slot
+    per word and two counting passes (no comparison sort)."""
     n = pos.shape[0]
     slot = np.full(max(W, 1), -1, dtype=np.int64)
     doc_of = np.empty(n, dtype=np.int64)
@@ -114,16 +144,16 @@ def count_pairs(pos, lengths, W):
                 out_pos[e] = p
                 cnt[e] = 1.0
                 e += 1
-    # Each document's pairs in ascending position: a stable counting sort of all pairs by
-    # position, then dealt back to their documents in that order (no comparison sort per document).
+    # Each document's pairs in ascending rank (``entry_rank``): a stable counting sort of all pairs
+    # by rank, then dealt back to their documents in that order (no comparison sort per document).
     by_pos = np.zeros(max(W, 1) + 1, dtype=np.int64)
     for i in range(e):
-        by_pos[out_pos[i] + 1] += 1
+        by_pos[rank[out_pos[i]] + 1] += 1
     for p in range(max(W, 1)):
         by_pos[p + 1] += by_pos[p]
     order = np.empty(e, dtype=np.int64)
     for i in range(e):
-        p = out_pos[i]
+        p = rank[out_pos[i]]
         order[by_pos[p]] = i
         by_pos[p] += 1
     fill = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
@@ -143,7 +173,7 @@ def count_pairs(pos, lengths, W):
 
 
 def _assemble(D: int, ids: np.ndarray, pos: np.ndarray, cnt: np.ndarray, doc_of: np.ndarray,
-              evicted: np.ndarray) -> Batch:
+              evicted: np.ndarray, fresh: np.ndarray) -> Batch:
     """The CSR batch of the (document, word position) pairs, words numbered ``ids`` (-1: dropped)."""
     keep_word = ids >= 0
     keep = keep_word[pos]
@@ -166,6 +196,7 @@ def _assemble(D: int, ids: np.ndarray, pos: np.ndarray, cnt: np.ndarray, doc_of:
         n_tokens=int(cnt.sum()),
         dropped_tokens=dropped,
         evicted=evicted,
+        fresh=fresh[keep_word],
     )
 
 
