@@ -272,10 +272,11 @@ class TopicModel:
                 sup_counts = result.doc_topic
         t3 = time.perf_counter()
         self.last_stats = _step_stats(batch, result, info, (t0, t1, t2, t3))
-        out = BatchResult.of(result, theta=self.theta(pre.doc_topic, alpha_used), scores=scores, predicted=predicted,
+        said = without_unknown(pre.doc_topic, batch)  # what the model before this batch says
+        out = BatchResult.of(result, theta=self.theta(said, alpha_used), scores=scores, predicted=predicted,
                              label_names=label_names if scores is not None else [], version_before=version_before,
                              version=self.state.version, doc_topic_supervised=sup_counts)
-        out.doc_topic, out.alpha, out.stats = pre.doc_topic, alpha_used, self.last_stats
+        out.doc_topic, out.alpha, out.stats = said, alpha_used, self.last_stats
         return out
 
     def local_steps(self, batch: Batch, labels=None, learn: bool = True, head: SupervisedHead | None = None):
@@ -290,7 +291,7 @@ class TopicModel:
         result = pre = self.local_step.infer(self.state, batch, summarize=learns)
         needed = labels is not None or head_trained(head)
         feats = self.feature_counts(batch, pre) if needed else pre.doc_topic
-        scores, predicted = predict_from(head, feats)
+        scores, predicted = predict_from(head, without_unknown(feats, batch))
         if labels is not None:
             targets = head.encode_targets(labels, grow=True)
             head.calibrate(doc_lengths(batch), targets)  # self-scaling constants see this batch first
@@ -528,11 +529,25 @@ def batch_labels(head: SupervisedHead | None, batch: Batch, labels):
 
 
 def predict_from(head: SupervisedHead | None, doc_topic: np.ndarray):
-    """(scores, predictions) of a classifier on expected topic counts; (None, None) when untrained."""
+    """(scores, predictions) of a classifier on expected topic counts; (None, None) when untrained.
+    A document with no topic mass (no word the model knows) gets a NaN score row and no prediction."""
     if not head_trained(head):
         return None, None
     Z = normalise_rows(doc_topic)
-    return head.scores(Z), head.predict(Z)
+    return scores_or_nan(head, Z), head.predict(Z)
+
+
+def without_unknown(doc_topic: np.ndarray, batch: Batch) -> np.ndarray:
+    """``doc_topic`` with no mass for the documents none of whose words the vocabulary held before
+    ``batch`` (``Batch.unknown_docs``): for predictions, which are the model's before the batch.
+    Their local step gave the new words' prior-only rows, whose one difference between topics is
+    the topic's size, so all their mass went to the smallest topic (and a label was read off it)."""
+    blank = batch.unknown_docs()
+    if not blank.any():
+        return doc_topic
+    out = doc_topic.copy()
+    out[blank] = 0.0
+    return out
 
 
 def scores_or_nan(head: SupervisedHead, zbar: np.ndarray) -> np.ndarray:

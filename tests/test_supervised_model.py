@@ -96,6 +96,29 @@ def test_targets_in_the_forms_array_users_hold(corpus):
         r.partial_fit(docs[:3], labels=["a", "b", "c"])
 
 
+def test_a_document_of_only_new_words_gets_what_the_model_before_it_says(corpus):
+    """The daemon's prediction step (``process`` on a batch that grows the vocabulary): a document
+    none of whose words the model held gets uniform proportions and no label, as ``transform``
+    and ``predict`` of the same text; before, the new words' prior-only rows sent all its mass
+    to the smallest topic and a label was read off it."""
+    docs, _, cls = corpus
+    m = TopicModel(n_topics=6, supervision="logistic", seed=0, sup_sweeps=2)
+    _fit(m, docs[:180], cls[:180])
+    unseen = [["zzq1", "zzq2", "zzq2"], ["zzq3"]]
+    batch = [docs[200]] + unseen
+    assert m.predict(unseen) == [None, None] and np.isnan(m.predict_scores(unseen)).all()
+    res = m.process(m.prepare(m.tokenize(batch)), learn=False)
+    assert res.predicted[0] is not None and res.predicted[1:] == [None, None]
+    assert np.isfinite(res.scores[0]).all() and np.isnan(res.scores[1:]).all()
+    np.testing.assert_allclose(res.theta[1:], 1.0 / 6)
+    # a known document is as before (up to the new words' prior mass in the topics' totals)
+    np.testing.assert_allclose(res.theta[0], m.transform([docs[200]])[0], atol=1e-6)
+    # learning still takes the new words (their topic rows start from these documents)
+    prior = m.state.lam()[m.vocab.get("zzq2")].sum()
+    m.process(m.prepare(m.tokenize(batch)), learn=True)
+    assert m.state.lam()[m.vocab.get("zzq2")].sum() > prior
+
+
 def test_multilabel_api(corpus):
     docs, theta, _ = corpus
     labs = [[f"t{k}" for k in range(K_TRUE) if t[k] > 0.25] for t in theta]

@@ -86,7 +86,7 @@ def label_fields(sup: tuple | None, n: int, names: list) -> list[dict]:
             extra["label"] = p
         elif p is not None:
             extra["response"] = float(p)
-        if scores is not None and names:
+        if scores is not None and names and np.isfinite(scores[i]).all():  # NaN: no word the model knew
             extra["scores"] = dict(zip(names, scores[i].tolist()))
         out.append(extra)
     return out

@@ -49,8 +49,12 @@ integer ids in decimal)
 "ts": float}``
 
 ``topics`` holds the document's largest topic proportions as ``[topic index,
-proportion]`` pairs in descending order of proportion. ``label``, ``scores``
-and ``response`` are present only for supervised models. ``model_version``
+proportion]`` pairs in descending order of proportion: at most 10, each at least
+0.01 (the largest always), so they need not sum to 1 (``service.predictions``:
+TOP_TOPICS, MIN_TOPIC_PROB). A document none of whose words the model knew
+before its batch gets uniform proportions and no ``label``/``labels``/``scores``,
+as ``TopicModel.predict`` gives None. ``label``, ``scores`` and ``response`` are
+present only for supervised models. ``model_version``
 counts the global updates the predicting model had seen; with replication it is
 the update-log offset the model had applied instead (``replica`` names the
 replica; a replica's snapshot records that offset as ``update_offset`` in its
