@@ -250,6 +250,24 @@ def test_streaming_alias_learns_planted_topics(lda):
     assert st["alias_rebuilds"] > 0 and st["sweeps"] == 8
 
 
+def test_alias_transform_leaves_learning_alone_and_repeats(lda):
+    """transform drew its sampler seed from the model's learning generator: a user who looked
+    at theta between batches got a different model than one who did not, and two calls on one
+    model disagreed. The seed now comes from the model's state (``inference_seed``)."""
+    _, _, docs, _ = lda
+
+    def run(peek: bool):
+        m = TopicModel(n_topics=5, engine="alias", seed=0)
+        for b in range(0, 300, 100):
+            m.partial_fit(docs[b:b + 100])
+            if peek:
+                m.transform(docs[250:270])
+        return m
+    quiet, peeked = run(False), run(True)
+    assert np.array_equal(quiet.topic_word(), peeked.topic_word())
+    assert np.array_equal(quiet.transform(docs[250:290]), quiet.transform(docs[250:290]))
+
+
 def test_streaming_alias_memoized_update_runs(lda):
     _, _, docs, _ = lda
     m = TopicModel(n_topics=5, engine="alias", update="memoized", seed=0)

@@ -197,7 +197,9 @@ def test_the_classifier_reads_mean_field_features_of_the_alias_topics_by_default
     mean_field = LSparseEngine().infer(m.state, batch, summarize=False, alpha=1.0).doc_topic
     assert np.allclose(m.predict_scores(te[:40]), m.head.scores(normalise_rows(mean_field)))
     assert np.array_equal(m.predict_scores(te[:40]), m.predict_scores(te[:40]))
-    assert not np.array_equal(u.predict_scores(te[:40]), u.predict_scores(te[:40]))  # each call samples
+    # the sampler's features are seeded from the model's state (engines.alias.inference_seed): two
+    # calls on one model agree, and neither changes what the model learns next
+    assert np.array_equal(u.predict_scores(te[:40]), u.predict_scores(te[:40]))
     assert TopicModel(n_topics=3, supervision="hinge").features == "unsupervised"  # variational: its own step
 
 

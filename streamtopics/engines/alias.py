@@ -178,6 +178,12 @@ def run_batch_sampler_supervised(tok_w, tok_ptr, U: int, n_topics: int, alpha: f
                  "loglik_trace": trace}
 
 
+def inference_seed(state) -> int:
+    """A sampler seed that is a function of the model's state (its version and what it has seen)."""
+    key = [int(state.version), int(state.docs_seen), int(state.n_words), int(state.n_topics)]
+    return int(np.random.SeedSequence(key).generate_state(1, dtype=np.uint64)[0] >> 2)
+
+
 @dataclass
 class AliasEngine:
     """Alias-MH local step; ``infer`` has the interface of ``LSparseEngine.infer``.
@@ -240,7 +246,10 @@ class AliasEngine:
         K = state.n_topics
         D = batch.n_docs
         U = batch.uniq.shape[0]
-        seed = self._next_seed()
+        # Inference only (transform, predict, features): a seed from the model's state, not a draw
+        # from the learning generator, so such calls neither change what the model learns next
+        # (they did) nor differ between two calls on the same model and documents.
+        seed = self._next_seed() if summarize else inference_seed(state)
         tok_w, tok_ptr = batch_tokens(batch)
         N = tok_w.shape[0]
         n_burn = max(int(self.burn_in), 0)
