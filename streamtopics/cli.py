@@ -189,7 +189,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     top = max(1, int(args.top))
     topics = [model.top_words(k, top) for k in range(model.n_topics)]
     extra = (info.get("extra") or {}).get("daemon") or {}
-    from .export import classifier_json, snapshot_quality, topics_json
+    from .export import classifier_json, json_safe, snapshot_quality, topics_json
 
     tj = topics_json(model, 10)
     quality = snapshot_quality(model)
@@ -216,8 +216,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "classifier": classifier_json(model),
     }
     if args.json:
-        print(json.dumps({**facts, "top_words": topics, "prevalence": prevalence, "npmi": npmi},
-                         indent=2, default=str))
+        print(json.dumps(json_safe({**facts, "top_words": topics, "prevalence": prevalence, "npmi": npmi}),
+                         indent=2, default=str, allow_nan=False))  # NaN (nothing to measure yet) as null
         return EXIT_OK
     p = facts["params"]
     print(f"snapshot    {facts['path']}")

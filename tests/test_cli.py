@@ -129,6 +129,16 @@ def test_inspect_shows_model_facts_and_top_words(tmp_path, capsys):
     assert facts["classifier"] is None and facts["alpha_learned"] is True  # unsupervised: no classifier lines
 
 
+def test_inspect_json_is_strict_json_for_a_model_with_no_words(tmp_path, capsys):
+    """An untrained model has no diversity to measure: --json printed a bare NaN, which strict
+    parsers refuse (export --format json printed null)."""
+    path = tmp_path / "empty.stsnap"
+    TopicModel(n_topics=5).save(path)
+    assert main(["inspect", str(path), "--json"]) == 0
+    facts = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert facts["diversity_top25"] is None and facts["vocabulary"] == 0
+
+
 def test_inspect_shows_the_classifier_and_each_labels_strongest_topics(tmp_path, capsys):
     """A supervised snapshot says what its classifier is and, per label, which topics raise the
     label's score most (largest posterior mean weight first), and the alpha it actually uses."""

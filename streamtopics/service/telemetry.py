@@ -222,8 +222,10 @@ class Telemetry:
             if not self._vocabulary_full_logged:
                 self._vocabulary_full_logged = True
                 log.warning("the vocabulary is full: new words are not modelled (counted in "
-                            "streamtopics_vocabulary_dropped_tokens_total); raise [model.vocabulary] cap or "
-                            "set policy = \"evict\"", extra={"dropped_tokens": int(dropped_tokens)})
+                            "streamtopics_vocabulary_dropped_tokens_total); raise [model.vocabulary] cap, or "
+                            "with policy = \"ignore\" set policy = \"evict\" (an evicting vocabulary drops "
+                            "them only when one batch holds more distinct words than the cap)",
+                            extra={"dropped_tokens": int(dropped_tokens)})
         if evicted_words > 0:
             self.metrics.vocabulary_evicted_words.inc(evicted_words)
 
