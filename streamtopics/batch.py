@@ -70,7 +70,7 @@ def build_batch(token_lists: list[list[str]], vocab: Vocabulary, grow: bool = Tr
 
 def entry_rank(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Each batch word's place in its documents' entry order: the vocabulary's most frequent
-    words first (its decayed counts before this batch), ties by word id, then the words new to
+    words first (its decayed counts before this batch, as float32), ties by word id, then the words new to
     the vocabulary in the order the batch first saw them.
 
     The local step's cold start is sequential (``engines.lsparse._cold_start``), so this order
@@ -83,12 +83,46 @@ def entry_rank(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
     model, so they are equal bit for bit. Held-out, one pass, mean of seeds 0-2, first-seen ->
     frequency: 20NG -8.1634 -> -8.1597, R8 -6.1895 -> -6.1883, 20NG subject lines -6.6819 ->
     -6.6741, 20NG joined in fours -8.3701 -> -8.3700 (docs/defaults.md §7)."""
+    return _entry_rank(ids, counts.astype(np.float32))
+
+
+@njit(cache=True, nogil=True)
+def _entry_rank(ids, counts32):
+    """``entry_rank`` by one LSD radix sort (11-bit digits) of uint64 keys: high half the count
+    descending (its float32 bits, monotonic for counts >= 0: rounding to float32 is a function
+    of the count, so still of the model), low half the id, or for a new word its first-seen place
+    after every id. (np.lexsort of (id, -count) cost 32 ns/token of serial batch building on
+    20NG, np.argsort of these keys 8; this ~3.)"""
     W = ids.shape[0]
-    known = ids >= 0
-    key = np.where(known, counts[np.where(known, ids, 0)] if counts.size else 0.0, -1.0)
-    tie = np.where(known, ids, counts.shape[0] + np.arange(W))
+    V = counts32.shape[0]
+    keys = np.empty(W, dtype=np.uint64)
+    for p in range(W):
+        i = ids[p]
+        if i >= 0:
+            c = np.uint64(counts32[i:i + 1].view(np.uint32)[0])
+            keys[p] = ((np.uint64(0xFFFFFFFE) - c) << np.uint64(32)) | np.uint64(i)
+        else:
+            keys[p] = (np.uint64(0xFFFFFFFF) << np.uint64(32)) | np.uint64(V + p)
+    idx = np.arange(W)
+    tmp = np.empty(W, dtype=np.int64)
+    cnt = np.empty(2049, dtype=np.int64)
+    for shift in range(0, 66, 11):
+        cnt[:] = 0
+        for q in range(W):
+            cnt[((keys[idx[q]] >> np.uint64(shift)) & np.uint64(2047)) + 1] += 1
+        if cnt[1] == W:  # this digit is 0 in every key: the order stands
+            continue
+        for b in range(2048):
+            cnt[b + 1] += cnt[b]
+        for q in range(W):
+            j = idx[q]
+            d = (keys[j] >> np.uint64(shift)) & np.uint64(2047)
+            tmp[cnt[d]] = j
+            cnt[d] += 1
+        idx, tmp = tmp, idx
     rank = np.empty(W, dtype=np.int64)
-    rank[np.lexsort((tie, -key))] = np.arange(W)
+    for q in range(W):
+        rank[idx[q]] = q
     return rank
 
 

@@ -48,7 +48,7 @@ def test_first_sight_equals_the_dict_path_on_odd_tokens():
 def _reference_batch(docs, vocab_words, freq, decay):
     """The batch a dict-based builder makes: per document, (global id, count) with the
     vocabulary's most frequent words first (decayed counts ``freq`` before the batch, updated
-    here), ties by id, then the new words in first-sight order (``batch.entry_rank``)."""
+    here, compared as float32), ties by id, then the new words in first-sight order (``batch.entry_rank``)."""
     flat = list(chain.from_iterable(docs))
     words, _ = _dict_first_sight(flat)
     index = {w: i for i, w in enumerate(vocab_words)}
@@ -58,7 +58,7 @@ def _reference_batch(docs, vocab_words, freq, decay):
     seen = {w: i for i, w in enumerate(words)}
 
     def key(w):
-        return (0, -freq[w], index[w]) if w in known else (1, seen[w], 0)
+        return (0, -float(np.float32(freq[w])), index[w]) if w in known else (1, seen[w], 0)
     out = []
     for d in docs:
         counts: dict = {}
