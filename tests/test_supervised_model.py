@@ -94,6 +94,9 @@ def test_targets_in_the_forms_array_users_hold(corpus):
     assert np.isfinite(r.predict(docs[180:190])).all()
     with pytest.raises(ValueError, match="regression targets must be numbers"):
         r.partial_fit(docs[:3], labels=["a", "b", "c"])
+    # one response of 1e200 made the prior variance inf and failed the call with a ZeroDivisionError
+    with pytest.raises(ValueError, match=r"within \+-1e\+100"):
+        TopicModel(n_topics=6, supervision="regression").partial_fit(docs[:3], labels=[1e200, None, 1.0])
 
 
 def test_a_document_of_only_new_words_gets_what_the_model_before_it_says(corpus):

@@ -26,12 +26,16 @@ key           type                        rules
                                           non-empty and at most
                                           ``limits.max_token_chars``; not empty
 ``label``     str                         optional single label (1 to
-                                          ``limits.max_label_chars`` chars)
+                                          ``limits.max_label_chars`` chars);
+                                          null = unlabelled
 ``labels``    array of str                optional multi-label set (at most
                                           ``limits.max_labels`` distinct
-                                          labels); not together with ``label``
+                                          labels); not together with ``label``;
+                                          null = unlabelled
 ``response``  float or int                optional regression target; finite,
-                                          booleans are not numbers here
+                                          within +-1e100 (``MAX_RESPONSE``),
+                                          booleans are not numbers here;
+                                          null or NaN = unlabelled
 ``ts``        float or int                optional event time, seconds since
                                           the Unix epoch, 0 <= ts < year 3000
                                           (validated; latency is measured from
@@ -130,6 +134,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import msgpack
+
+from ..supervised.targets import MAX_RESPONSE  # one bound for the library and the wire
 
 __all__ = [
     "ALL_REASONS",
@@ -612,7 +618,7 @@ def _validate(d: dict, limits: Limits, utf8: bool = False) -> Document:
                 )
 
     label, labels = _check_labels(d, limits)
-    response = _check_number(d, "response", "bad_response")
+    response = _check_number(d, "response", "bad_response", missing_ok=True, bound=MAX_RESPONSE)
     ts = _check_number(d, "ts", "bad_ts")
     if ts is not None and not (0.0 <= ts < MAX_TS):
         raise _Reject("bad_ts", f"'ts' must be seconds since the epoch in [0, {MAX_TS:.0f}) (got {_show(d['ts'])})")
@@ -641,6 +647,9 @@ def _check_id(d: dict) -> str | int:
 
 
 def _check_labels(d: dict, limits: Limits) -> tuple[str | None, list[str] | None]:
+    # null is "no label", as None is in the library: producers writing a column with gaps (pandas,
+    # JSON) send it for every unlabelled document, which were dead-lettered as bad_label
+    d = {k: d[k] for k in ("label", "labels") if k in d and d[k] is not None}
     if "label" in d and "labels" in d:
         raise _Reject("bad_label", "document has both 'label' and 'labels'; send one")
 
@@ -666,10 +675,14 @@ def _check_labels(d: dict, limits: Limits) -> tuple[str | None, list[str] | None
     return None, None
 
 
-def _check_number(d: dict, key: str, reason: str) -> float | None:
+def _check_number(d: dict, key: str, reason: str, missing_ok: bool = False, bound: float = math.inf) -> float | None:
+    """The number at ``key`` (None when absent). ``missing_ok``: null and NaN mean absent too (a
+    regression target's "unlabelled", as in the library); ``bound``: the largest magnitude."""
     if key not in d:
         return None
     v = d[key]
+    if missing_ok and (v is None or (isinstance(v, float) and math.isnan(v))):
+        return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise _Reject(reason, f"'{key}' must be a number (got {_tname(v)} {_show(v, 20)})")
     try:
@@ -678,6 +691,8 @@ def _check_number(d: dict, key: str, reason: str) -> float | None:
         raise _Reject(reason, f"'{key}' is too large to be a float") from None
     if not math.isfinite(f):
         raise _Reject(reason, f"'{key}' must be finite (got {_show(v, 20)})")
+    if abs(f) > bound:
+        raise _Reject(reason, f"'{key}' must be within +-{bound:g} (got {_show(v, 20)})")
     return f
 
 

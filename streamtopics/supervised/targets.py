@@ -7,6 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# |regression target| at most this: its square, and sums of squares over a stream, stay finite in
+# float64 (one response of 1e200 made the classifier's prior variance inf and failed its batch).
+# The daemon's codec dead-letters a larger one (bad_response).
+MAX_RESPONSE = 1e100
+
 
 @dataclass(frozen=True)
 class Targets:
@@ -82,6 +87,9 @@ def encode_responses(targets: list) -> Targets:
     mask = np.isfinite(yv)
     if np.isinf(yv).any():
         raise ValueError("regression targets must be finite (None or NaN for unlabelled)")
+    if (np.abs(yv[mask]) > MAX_RESPONSE).any():
+        raise ValueError(f"regression targets must be within +-{MAX_RESPONSE:g} (their squares must stay finite in "
+                         f"the classifier's statistics; got {np.abs(yv[mask]).max():g})")
     return Targets(np.where(mask, yv, 0.0), mask)
 
 
