@@ -480,6 +480,7 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     values: dict[str, dict[str, tuple[Any, str | None]]] = {s: {} for s in _SECTIONS}
 
     spelled: dict[str, str] = {}  # [model] keys given in a sub-table: flat key -> "engine.sparsity"
+    flat_given: set[str] = set()  # [model] keys given flat (earlier files' spelling), file or environment
     for sname, table in data.items():
         if not isinstance(table, Mapping) and _placed(sname):  # ``n_topics = 50`` above every [section]
             errors.append(f"config error: {sname} = {_fmt(table)} is outside every [section]: keys go under "
@@ -495,6 +496,7 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
             table, names, errs = model_config.flatten(table)
             errors.extend(errs)
             spelled.update({k: v for k, v in names.items() if k != v})
+            flat_given.update(k for k, v in names.items() if k == v)
         known = {f.name for f in dataclasses.fields(_SECTIONS[sname])}
         for key, value in table.items():
             if key not in known:
@@ -525,6 +527,8 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
                 spelled[flat] = name
             else:
                 key = name
+        elif sname == "model":
+            flat_given.add(key)
         if key not in known:
             errors.append(
                 f"config error: {var}: unknown key {sname}.{key}"
@@ -553,6 +557,7 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         # a kind switched from the environment keeps the file's other fields without complaint
         env_kinds = {k for k in ("engine", "update", "supervision") if values["model"].get(k, (None, None))[1]}
         errors.extend(model_config.kind_errors(cfg.model, spelled, skip=env_kinds)
+                      + model_config.flat_kind_errors(cfg.model, sorted(flat_given - set(spelled)), skip=env_kinds)
                       + model_config.option_errors(cfg.model))
     if errors:
         raise ConfigError(errors)

@@ -110,6 +110,25 @@ def kind_errors(m, spelled: Mapping[str, str], skip=()) -> list[str]:
     return errs
 
 
+def flat_kind_errors(m, given, skip=()) -> list[str]:
+    """``kind_errors`` for the flat keys of earlier files (``[model] memo_window = 16`` with the
+    stochastic update): an error when ``given`` (flat keys set in the file or the environment)
+    holds a field of another kind than its slot's, set to something else than its default, which
+    the model would silently ignore (the library warns; the table form was already an error).
+    At its default it is the residue of an old full file and says nothing."""
+    defaults = {f.name: f.default for f in dataclasses.fields(type(m))}
+    errs = []
+    for flat in given:
+        slot, fld = FLAT_TO_TABLE.get(flat, ("", ""))
+        if slot not in ("engine", "update", "supervision") or fld == "kind" or slot in skip:
+            continue
+        kind = getattr(m, slot)
+        if fld not in kind_fields(slot, kind) and getattr(m, flat) != defaults.get(flat):
+            errs.append(f'config error: model.{flat} = {getattr(m, flat)!r} does not apply to model.{slot} = "{kind}" '
+                        f"(the model would ignore it; it sets: {', '.join(sorted(kind_fields(slot, kind) - {'kind'})) or 'nothing'})")
+    return errs
+
+
 def library_value(m, flat: str):
     v = getattr(m, flat)
     return None if flat in NONE_AS and v == NONE_AS[flat] else v

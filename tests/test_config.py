@@ -95,7 +95,7 @@ def test_missing_or_invalid_file(tmp_path):
 
 
 def test_env_overrides_parse_types(tmp_path):
-    path = write(tmp_path, '[model]\nn_topics = 20\nengine = "alias"\n')
+    path = write(tmp_path, '[model]\nn_topics = 20\nengine = "lsparse"\n')  # restarts: an lsparse field
     env = {
         "STREAMTOPICS_KAFKA__BOOTSTRAP_SERVERS": "10.0.0.1:9092,10.0.0.2:9092",
         "STREAMTOPICS_MODEL__N_TOPICS": "50",  # env beats the file
@@ -110,7 +110,7 @@ def test_env_overrides_parse_types(tmp_path):
     }
     cfg = load_config(path, env=env)
     assert cfg.kafka.bootstrap_servers == "10.0.0.1:9092,10.0.0.2:9092"
-    assert cfg.model.n_topics == 50 and cfg.model.engine == "alias"
+    assert cfg.model.n_topics == 50 and cfg.model.engine == "lsparse"
     assert cfg.model.alpha == 0.5
     assert cfg.model.restarts is False and cfg.kafka.create_topics is False and cfg.kafka.ssl_check_hostname is True
     assert cfg.snapshot.every_seconds == 5.0 and isinstance(cfg.snapshot.every_seconds, float)
@@ -175,6 +175,19 @@ def test_unknown_keys_suggest_the_close_one():
         "config error: kafka.extra_consumer.max_poll_record is not a kafka-python KafkaConsumer setting "
         "(did you mean kafka.extra_consumer.max_poll_records?)"
     ]
+
+
+def test_a_flat_key_of_another_kind_is_an_error_unless_at_its_default():
+    """[model] memo_window = 16 with the stochastic update was valid to check-config and ignored by
+    the daemon without a word (the library warns; [model.update] memo_window was an error)."""
+    assert errors_of({"model": {"memo_window": 16}}) == [
+        'config error: model.memo_window = 16 does not apply to model.update = "stochastic" (the model would '
+        "ignore it; it sets: births, corpus_size, delay, forgetting_rate, rho_min)"]
+    assert errors_of({}, {"STREAMTOPICS_MODEL__BURN_IN": "9"})[0].startswith(
+        'config error: model.burn_in = 9 does not apply to model.engine = "lsparse"')
+    # an old full file lists every key at its default: nothing to say
+    assert Config.from_dict({"model": {"memo_window": 256, "burn_in": 4}}, {}).model.memo_window == 256
+    assert Config.from_dict({"model": {"update": "memoized", "memo_window": 16}}, {}).model.memo_window == 16
 
 
 def test_a_key_above_every_section_names_its_section():
