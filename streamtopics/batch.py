@@ -83,23 +83,26 @@ def entry_rank(ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
     model, so they are equal bit for bit. Held-out, one pass, mean of seeds 0-2, first-seen ->
     frequency: 20NG -8.1634 -> -8.1597, R8 -6.1895 -> -6.1883, 20NG subject lines -6.6819 ->
     -6.6741, 20NG joined in fours -8.3701 -> -8.3700 (docs/defaults.md §7)."""
-    return _entry_rank(ids, counts.astype(np.float32))
+    return _entry_rank(ids, counts)
 
 
 @njit(cache=True, nogil=True)
-def _entry_rank(ids, counts32):
+def _entry_rank(ids, counts):
     """``entry_rank`` by one LSD radix sort (11-bit digits) of uint64 keys: high half the count
     descending (its float32 bits, monotonic for counts >= 0: rounding to float32 is a function
     of the count, so still of the model), low half the id, or for a new word its first-seen place
     after every id. (np.lexsort of (id, -count) cost 32 ns/token of serial batch building on
     20NG, np.argsort of these keys 8; this ~3.)"""
     W = ids.shape[0]
-    V = counts32.shape[0]
+    V = counts.shape[0]
     keys = np.empty(W, dtype=np.uint64)
+    c32 = np.empty(1, dtype=np.float32)  # only the batch's words' counts are rounded (not all V)
+    bits = c32.view(np.uint32)
     for p in range(W):
         i = ids[p]
         if i >= 0:
-            c = np.uint64(counts32[i:i + 1].view(np.uint32)[0])
+            c32[0] = counts[i]
+            c = np.uint64(bits[0])
             keys[p] = ((np.uint64(0xFFFFFFFE) - c) << np.uint64(32)) | np.uint64(i)
         else:
             keys[p] = (np.uint64(0xFFFFFFFF) << np.uint64(32)) | np.uint64(V + p)
