@@ -117,10 +117,10 @@ def test_a_new_log_grown_past_our_offset_is_found_by_the_record_before_it():
 def test_after_a_lost_connection_the_last_record_read_is_verified_again():
     b = PartitionBuffers(max_docs=5, max_wait_s=60.0, decode=decode)
     b.assign("p", 0)
-    assert b.rewind("p") is None  # nothing read yet
+    assert b.rewind("p") == 0  # nothing read yet: back to where reading starts, nothing to check
     b.append("p", recs(0, 12), now=0.0)
     b.take_ready(0.0)  # 0..4 handed out, 5..11 buffered
-    assert b.rewind("p") == 11 and b.rewind("p") is None  # one check at a time
+    assert b.rewind("p") == 11 and b.rewind("p") == 11  # one check at a time, sought again each loss
     assert b.next_offsets() == {"p": 5} and not b.behind("p", 12) and b.behind("p", 11)
     assert b.verify("p", recs(11, 14)) is None and b.append("p", recs(11, 14), now=1.0) == 2
     assert [e.record.offset for e in b.take_ready(1.0).entries] == [5, 6, 7, 8, 9]
@@ -128,6 +128,23 @@ def test_after_a_lost_connection_the_last_record_read_is_verified_again():
     assert b.verify("p", recs(13, 20, log="b")) == 13  # the broker came back with another log
     b.rewind("p")
     assert b.hold("p") and b.next_offsets() == {"p": 10}  # held: resumable at its first unread record
+
+
+def test_a_second_lost_connection_during_a_check_does_not_skip_the_dropped_records():
+    """The sequence a replicas audit captured (30 s broker freeze, 2 runs of 17): the first lost
+    connection sought back to 449 for a check; the poll that saw the second returned 449..543
+    and was dropped, but the partition was not sought again (a check was pending), so the next
+    fetch started at 544, ended the check, and 450..543 were never read by anyone."""
+    b = PartitionBuffers(max_docs=100, max_wait_s=0.0, decode=decode)
+    b.assign("p", 400)
+    b.append("p", recs(400, 450), now=0.0)
+    assert [e.record.offset for e in b.take_ready(5.0).entries] == list(range(400, 450))
+    assert b.rewind("p") == 449  # first loss: seek back to the last record read, to check it
+    # the poll returning 449..543 sees the second loss and is dropped: seek back again
+    assert b.rewind("p") == 449
+    fetch = recs(449, 560)  # read from the sought offset
+    assert b.verify("p", fetch) is None and b.append("p", fetch, now=6.0) == 110
+    assert [e.record.offset for e in b.take_ready(10.0).entries] == list(range(450, 550))
 
 
 def test_decode_ahead_decodes_the_next_two_batches_once():

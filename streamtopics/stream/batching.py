@@ -119,14 +119,21 @@ class PartitionBuffers:
 
     def rewind(self, tp: Hashable) -> int | None:
         """After the connection to the broker was lost: read ``tp`` again from the last record
-        accepted, which must come back unchanged (``verify``). Returns the offset to seek to, or
-        None when there is nothing to verify (nothing accepted yet, or a verification pending)."""
+        accepted, which must come back unchanged (``verify``). Returns the offset to seek to
+        (None: not assigned, held, or no known position).
+
+        The poll that saw the lost connection dropped its records, and the client's position
+        has moved past them, so every partition with a known position is sought back to it,
+        also when a verification is already pending (the second of two lost connections) or
+        nothing was accepted yet. Until 2026-11-29 those two returned None and were not sought:
+        the next fetch started past the dropped records, and they were never read (a replicas
+        audit: 94-168 records of a partition lost after a 30 s broker freeze, 2 runs of 17)."""
         with self.lock:
             st = self._parts.get(tp)
-            if st is None or st.held or st.verify is not None or st.last is None \
-                    or st.expected != st.last.offset + 1:
+            if st is None or st.held or st.expected is None:
                 return None
-            st.expected, st.verify = st.last.offset, record_print(st.last)
+            if st.verify is None and st.last is not None and st.expected == st.last.offset + 1:
+                st.expected, st.verify = st.last.offset, record_print(st.last)
             return st.expected
 
     def rewind_all(self) -> dict[Hashable, int]:
