@@ -754,12 +754,15 @@ def _cross_checks(cfg: Config) -> list[str]:
     errs.extend(_check_bootstrap(k.bootstrap_servers))
 
     t = cfg.topics
-    names = {"input": t.input, "output": t.output, "dead_letter": t.dead_letter, "snapshots": t.snapshots,
-             "events": t.events}
+    names = {"topics.input": t.input, "topics.output": t.output, "topics.dead_letter": t.dead_letter,
+             "topics.snapshots": t.snapshots, "topics.events": t.events}
+    if cfg.replication.enabled:  # the update log read as documents, or records in the predictions (replicas audit)
+        names |= {"replication.updates_topic": cfg.replication.updates_topic,
+                  "replication.snapshots_topic": cfg.replication.snapshots_topic}
     for key, name in names.items():
         if name and (not _TOPIC_RE.match(name) or name in (".", "..")):
             errs.append(
-                f"{E}topics.{key} = {_fmt(name)} is not a valid Kafka topic name "
+                f"{E}{key} = {_fmt(name)} is not a valid Kafka topic name "
                 "(1-249 characters from A-Z a-z 0-9 . _ -)"
             )
     seen: dict[str, str] = {}
@@ -768,7 +771,7 @@ def _cross_checks(cfg: Config) -> list[str]:
             continue
         if name in seen:
             # e.g. predictions written to the input topic would be read back as documents
-            errs.append(f"{E}topics.{key} and topics.{seen[name]} must differ (both {_fmt(name)})")
+            errs.append(f"{E}{key} and {seen[name]} must differ (both {_fmt(name)})")
         else:
             seen[name] = key
 

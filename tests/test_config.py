@@ -257,6 +257,20 @@ def test_cross_field_rules():
     assert "batch.max_inflight_predictions (100) must be >= batch.max_docs (500)" in errs
 
 
+def test_replication_topics_are_checked_with_the_others():
+    """updates_topic = the input topic was valid to check-config; at run time the daemon read its
+    own update records as documents (150 errors, records dead-lettered); = the output topic wrote
+    them into the predictions; an invalid name left the replica never ready (replicas audit)."""
+    errs = errors_of({"replication": {"enabled": True, "updates_topic": "documents", "snapshots_topic": "upd log!"}})
+    assert errs == [
+        'config error: replication.snapshots_topic = "upd log!" is not a valid Kafka topic name '
+        "(1-249 characters from A-Z a-z 0-9 . _ -)",
+        'config error: replication.updates_topic and topics.input must differ (both "documents")',
+    ]
+    # off, the replication table is not read
+    assert Config.from_dict({"replication": {"updates_topic": "documents"}}, {}).replication.enabled is False
+
+
 @pytest.mark.parametrize("engine", ["lsparse", "alias"])
 def test_fewer_topics_than_the_sparsity_is_the_dense_step(engine):
     """n_topics below the default sparsity (8) loads as the library takes it: sparsity >= n_topics
