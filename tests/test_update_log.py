@@ -312,3 +312,22 @@ def test_a_record_of_a_newer_wire_format_stops_the_replica_before_it(broker, fre
         assert refused and sync.replica.offset == at_newer and sync.replica.applied == 2
     finally:
         sync.close()
+
+
+def test_a_reader_far_behind_the_end_is_checked_without_waiting_for_the_loop(broker, fresh_topic):
+    """verify() at a replica's start waits for ``checked``; the reader set it only after queueing
+    a whole poll, and its queue (16) is not taken from during verify, so a replica restarted more
+    than 16 small records behind waited the whole 30 s timeout (replicas audit: 30.5 s from
+    'connected' to 'joined' at 33 records behind, 0.55 s at 14)."""
+    topic = fresh_topic(prefix="upd")
+    _produce(broker.bootstrap, topic, [f"small message {i}".encode() for i in range(60)])
+    reader = UpdateReader(lambda: KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None,
+                                                auto_offset_reset="earliest", fetch_max_wait_ms=100),
+                          TopicPartition(topic, 0), start=5)
+    t0 = time.monotonic()
+    reader.start()
+    try:
+        assert reader.checked.wait(20), "not checked: the reader blocked on its queue"
+        assert time.monotonic() - t0 < 15
+    finally:
+        reader.close()

@@ -148,6 +148,8 @@ class UpdateReader:
                 why = self._not_our_log(consumer, msgs)
                 if why is not None:
                     return self._lost(why)
+                if msgs:  # compared with our offsets: checked, before the (bounded) queue can block
+                    self.checked.set()  # (set after queueing, a poll of > 16 records stalled a start 30 s)
                 for msg in msgs:
                     fp = record_print(msg)
                     if not self._put(replace(self._decode(msg), crc=fp)):
