@@ -7,6 +7,7 @@ batch-local numbering (``uniq``/``local``) so kernels can work on a dense
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -31,10 +32,12 @@ class Batch:
     def n_docs(self) -> int:
         return self.doc_ptr.shape[0] - 1
 
+    @cached_property
     def unknown_docs(self) -> np.ndarray:
         """(D,) bool: documents with words, none of which the vocabulary held before this batch.
         The model before the batch knows nothing of them (``transform`` and ``predict`` of the
-        same text see no word: uniform proportions, no label)."""
+        same text see no word: uniform proportions, no label). Computed once per batch (the
+        prediction's features and its proportions both read it)."""
         out = np.zeros(self.n_docs, dtype=bool)
         if self.fresh.size and self.fresh.any():
             known = np.bincount(np.repeat(np.arange(self.n_docs), np.diff(self.doc_ptr)),
@@ -57,9 +60,7 @@ def build_batch(token_lists: list[list[str]], vocab: Vocabulary, grow: bool = Tr
     One hashing pass finds the batch's distinct words (``word_index``); the (document, word)
     pairs are counted and ordered by ``entry_rank`` in two counting passes (``count_pairs``).
     """
-    D, words, tok_pos, lengths = _sight(token_lists)
-    ids = vocab.ids(words)
-    doc_of, pos, cnt = count_pairs(tok_pos, lengths, len(words), entry_rank(ids, vocab.counts))
+    D, words, ids, doc_of, pos, cnt = _ranked_pairs(token_lists, vocab)
     evicted = np.empty(0, np.int64)
     fresh = ids < 0
     if grow:
@@ -135,9 +136,7 @@ def build_batch_provisional(token_lists: list[list[str]], vocab: Vocabulary) -> 
     allows; the rest are dropped as by ``grow``). Returns the batch and those words, in id
     order. For a computation whose new words join the vocabulary later, or never (a replica
     computing an update record: docs/scale-out.md)."""
-    D, words, tok_pos, lengths = _sight(token_lists)
-    ids = vocab.ids(words)
-    doc_of, pos, cnt = count_pairs(tok_pos, lengths, len(words), entry_rank(ids, vocab.counts))
+    D, words, ids, doc_of, pos, cnt = _ranked_pairs(token_lists, vocab)
     new = np.flatnonzero(ids < 0)
     fresh = ids < 0
     room = new.size if vocab.cap is None else max(min(vocab.cap - len(vocab), new.size), 0)
@@ -147,12 +146,15 @@ def build_batch_provisional(token_lists: list[list[str]], vocab: Vocabulary) -> 
     return _assemble(D, ids, pos, cnt, doc_of, np.empty(0, np.int64), fresh), new_words
 
 
-def _sight(token_lists: list[list[str]]):
-    """(D, the batch's distinct words in first-seen order, each token's index among them, tokens per document)."""
+def _ranked_pairs(token_lists: list[list[str]], vocab: Vocabulary):
+    """(D, the batch's distinct words in first-seen order, their vocabulary ids (-1: new), and the
+    (document, word position) pairs with counts, each document's in ``entry_rank`` order)."""
     D = len(token_lists)
     lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=D)
-    words, pos = first_sight(token_lists, int(lengths.sum()))
-    return D, words, pos, lengths
+    words, tok_pos = first_sight(token_lists, int(lengths.sum()))
+    ids = vocab.ids(words)
+    doc_of, pos, cnt = count_pairs(tok_pos, lengths, len(words), entry_rank(ids, vocab.counts))
+    return D, words, ids, doc_of, pos, cnt
 
 
 @njit(cache=True, nogil=True)

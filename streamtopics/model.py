@@ -542,7 +542,7 @@ def without_unknown(doc_topic: np.ndarray, batch: Batch) -> np.ndarray:
     ``batch`` (``Batch.unknown_docs``): for predictions, which are the model's before the batch.
     Their local step gave the new words' prior-only rows, whose one difference between topics is
     the topic's size, so all their mass went to the smallest topic (and a label was read off it)."""
-    blank = batch.unknown_docs()
+    blank = batch.unknown_docs
     if not blank.any():
         return doc_topic
     out = doc_topic.copy()
