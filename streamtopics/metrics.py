@@ -209,8 +209,10 @@ class Metrics:
                                        "learned: the staleness it was learned with, this replica's own records "
                                        "still in flight included.", buckets=_BEHIND_BUCKETS, registry=r)
         self.updates_applied = Counter("streamtopics_updates_applied_total",
-                                       "Update-log records applied, or skipped because their source range "
-                                       "was learned already.", ["result"], registry=r)
+                                       "Update-log records applied, or skipped: result=\"skipped\" when their "
+                                       "source range was learned already or a later claim took their partition, "
+                                       "\"foreign\" when they were computed under other model settings (a "
+                                       "misconfigured replica).", ["result"], registry=r)
         self.update_apply_duration = Histogram("streamtopics_update_apply_seconds",
                                                "Time to apply one update-log record.",
                                                buckets=_MONITOR_BUCKETS, registry=r)
@@ -221,7 +223,7 @@ class Metrics:
         self.update_unlearned = Gauge("streamtopics_update_unlearned_offsets",
                                       "Input offsets of skipped update records that no learned range covers (a "
                                       "zombie's record overlapping the learned ranges only in part).", registry=r)
-        for result in ("applied", "skipped"):
+        for result in ("applied", "skipped", "foreign"):
             self.updates_applied.labels(result=result)
 
     def _build_model(self, r: CollectorRegistry) -> None:

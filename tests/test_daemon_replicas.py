@@ -310,6 +310,35 @@ def test_a_record_of_a_newer_wire_format_stops_the_replica_with_the_reason(broke
     assert _read_all(broker.bootstrap, topics["dead_letter"], timeout_s=3) == []
 
 
+def test_a_replica_with_other_model_settings_refuses_to_join_the_log(broker, fresh_topic, tmp_path):
+    """A replica configured with another number of topics than the log's model stops at join,
+    exit 2, naming the setting, before it claims or publishes anything (it used to skip the
+    others' records with an IndexError, stay ready, and have its own records applied into their
+    models). The log's replica goes on unharmed."""
+    from test_daemon import _produce  # noqa: E402
+
+    from streamtopics.service.replica_sync import ForeignUpdateLog
+
+    topics, updates, cfg = _one_replica(broker, fresh_topic, tmp_path)
+    n = 2 * 64
+    with _running(cfg) as d:
+        _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in _docs(n)])
+        _wait(lambda: _learned(d) >= n, 120, "the documents learned")
+        odd_cfg = _cfg(broker.bootstrap, topics, tmp_path / "odd", model={"n_topics": 7},
+                       replication={"enabled": True, "updates_topic": updates, "replica_id": "odd"},
+                       kafka={"group_id": cfg.kafka.group_id})
+        odd = Daemon(odd_cfg)
+        assert odd.run() == 2
+        assert isinstance(odd.error, ForeignUpdateLog)
+        assert "n_topics = 10 in the log, 7 here" in str(odd.error), str(odd.error)
+        assert f"update offset {odd.replica.offset}," in str(odd.error)  # it stopped before that record
+        assert odd.replica.model.state.docs_seen == 0 and odd.replicas.sync.published == 0
+        before = digest(d.model)
+        _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in _docs(64, offset=n)])
+        _wait(lambda: _learned(d) >= n + 64, 60, "the log's replica goes on")
+        assert d.error is None and digest(d.model) != before and d.replica.foreign == 0
+
+
 def test_an_update_log_lost_with_the_broker_stops_the_replica_and_its_restart_rebases_the_new_log(tmp_path):
     """tansu restarted (memory storage: the update log, the input and the claims gone). Before,
     the replica took the new log for the continuation of the old one from its offset on: it

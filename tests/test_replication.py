@@ -520,3 +520,71 @@ def test_a_batch_record_above_the_limit_travels_in_parts_by_documents(labelled):
     a.apply(whole, 0)
     b.apply(decode(encode(rec, max_bytes=10 ** 9)[0])[0], 0)
     assert a.model.state.docs_seen == 200 and digest(a.model) == digest(b.model)
+
+
+def test_a_replica_of_other_settings_stops_at_join_and_the_logs_replicas_skip_its_records(corpus):
+    """Records carry their writer's model settings (``model_settings``). A replica started with
+    another number of topics than the log's model meets the log's first record and refuses
+    (``ForeignSettings``, before anything is applied); a record it published meanwhile is
+    skipped by every replica of the log's settings, alike, and its range is left to the
+    partition's next owner. Before this, the odd replica's 8-topic record was applied into the
+    12-topic models (IndexError on one side, a corrupted model on the other)."""
+    from streamtopics.service.replication import ForeignSettings, model_settings
+
+    train, _ = corpus
+    a, b = Replica(_model(), writer="a"), Replica(_model(), writer="b")
+    log: list[list[bytes]] = []
+    for j, (src, toks) in enumerate(_batches(train[:256], partitions=1)):
+        log.append(encode((a, b)[j % 2].compute(toks, src)[0]))
+        for r in (a, b):
+            _apply_upto(r, log, len(log))
+    odd = Replica(TopicModel(n_topics=8, seed=3, threads=1), writer="odd")
+    with pytest.raises(ForeignSettings, match=r"n_topics = 12 in the log, 8 here") as err:
+        _apply_upto(odd, log, len(log))
+    assert err.value.offset == 0 and odd.offset == 0 and odd.model.state.docs_seen == 0
+    assert set(err.value.differences) == {"n_topics"}
+    # the odd replica published a batch before it read the log: skipped alike, range left open
+    end = a.ledger.position("docs:0")
+    stray, _ = Replica(TopicModel(n_topics=8, seed=3, threads=1), writer="odd2").compute(
+        train[256:320], Source("docs", 0, end, end + 64))
+    assert stray.settings == model_settings(TopicModel(n_topics=8, seed=3))
+    log.append(encode(stray))
+    before = digest(a.model)
+    for r in (a, b):
+        _apply_upto(r, log, len(log))
+        assert r.foreign == 1 and r.skipped == 1 and r.ledger.position("docs:0") == end
+    assert digest(a.model) == digest(b.model) == before
+    # the partition's next owner learns the same range
+    log.append(encode(b.compute(train[256:320], Source("docs", 0, end, end + 64))[0]))
+    for r in (a, b):
+        _apply_upto(r, log, len(log))
+        assert r.ledger.position("docs:0") == end + 64 and r.model.state.docs_seen == 320
+    # a late replica of the log's settings replays it all and agrees; threads are the host's choice
+    late = Replica(TopicModel(n_topics=K, seed=3, threads=2))
+    _apply_upto(late, log, len(log))
+    assert late.foreign == 1 and digest(late.model) == digest(a.model)
+
+
+def test_settings_travel_with_the_first_part_and_a_record_without_them_is_taken_as_agreeing(corpus):
+    from streamtopics.service.replication import model_settings
+
+    train, _ = corpus
+    r = Replica(_model(supervision="hinge"))
+    _apply_upto(r, [encode(r.compute(train[:B], Source("docs", 0, 0, B), ["x"] * B)[0])], 1)
+    rec, _ = r.compute(train[B:3 * B], Source("docs", 0, B, 3 * B), ["x", "y"] * B)
+    parts = encode(rec, max_bytes=20_000)
+    assert len(parts) > 2
+    decoded = [decode(p)[0] for p in parts]
+    assert decoded[0].settings == model_settings(r.model) and all(d.settings is None for d in decoded[1:])
+    asm = Assembler()
+    whole = [asm.add(*decode(p)) for p in parts][-1]
+    assert whole.settings == rec.settings and whole.settings["supervision"] == "hinge"
+    # an older release's record (no settings) is applied as before
+    old = decode(encode(replace_settings(rec, None))[0])[0]
+    assert old.settings is None
+    assert r.apply(old, 1) and r.foreign == 0
+
+
+def replace_settings(rec, settings):
+    import dataclasses
+    return dataclasses.replace(rec, settings=settings)

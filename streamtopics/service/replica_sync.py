@@ -22,14 +22,15 @@ import uuid
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from .checkpoint import StartRefused
 from .processor import StepInterrupted
 from .rebase import encode_rebase
 from .replica_snapshots import SnapshotShipper
-from .replication import Computed, Replica, Source, UpdateRecord
+from .replication import Computed, ForeignSettings, Replica, Source, UpdateRecord
 from .session import log_reader_kwargs, log_writer_kwargs
 from .update_log import Fetched, UpdateReader, UpdateWriter
 
-__all__ = ["NewerUpdateFormat", "ReplicaMode", "ReplicaSync", "UpdateLogRebased", "UpdateLogReset", "UpdateLogUnusable",
+__all__ = ["ForeignUpdateLog", "NewerUpdateFormat", "ReplicaMode", "ReplicaSync", "UpdateLogRebased", "UpdateLogReset", "UpdateLogUnusable",
            "update_log_clients"]
 
 log = logging.getLogger("streamtopics.daemon")
@@ -55,6 +56,12 @@ class NewerUpdateFormat(UpdateLogUnusable):
     """The update log holds a record of a newer wire format than this release reads. Skipping it
     would leave this replica's model behind every replica that applied it, so nothing from that
     offset on is applied and the daemon stops with this error: upgrade the replica."""
+
+
+class ForeignUpdateLog(UpdateLogUnusable, StartRefused):
+    """The update log's model has other settings than this replica's (``replication.ForeignSettings``):
+    the replica stops before it applies or publishes anything of the log, and the daemon exits 2
+    with the settings that differ. The log's own replicas skip what it may have published."""
 
 
 class UpdateLogRebased(UpdateLogUnusable):
@@ -107,6 +114,7 @@ class ReplicaSync:
         self.failed: list[UpdateRecord] = []  # records the broker refused (appended by the producer thread)
         self.ahead: str | None = None  # a record of a newer wire format was met here: nothing more is applied
         self.lost: str | None = None  # the log was found reset (``UpdateLogReset``): nothing more is applied
+        self.foreign: str | None = None  # the log's model has other settings (``ForeignUpdateLog``): likewise
         # ``on_rebase(rebase, offset)``: a whole rebase message in the log (``ReplicaMode._on_rebase``);
         # ``awaiting_rebase``: this replica published one into a new log and skips all before the first
         self.on_rebase = None
@@ -244,6 +252,8 @@ class ReplicaSync:
             raise UpdateLogReset(f"update log {self.tp.topic!r}: {self.lost}; this replica's model is at update "
                                  f"offset {self.replica.offset} of the old log. Nothing more is applied: "
                                  f"docs/scale-out.md, 'When the update log is lost', says how to go on")
+        if self.foreign is not None:
+            raise ForeignUpdateLog(self.foreign)
         if item.offset < self.replica.offset:
             return 0
         self.last_applied = (item.offset, item.crc)
@@ -273,8 +283,15 @@ class ReplicaSync:
         self.open_parts.pop(item.record.rid, None)
         t0 = time.perf_counter()
         rec = item.record
-        applied = self.replica.apply(rec, item.offset)
-        self.telemetry.on_update_applied(time.perf_counter() - t0, applied, len(rec.reborn) if applied else 0)
+        foreign = self.replica.foreign
+        try:
+            applied = self.replica.apply(rec, item.offset)
+        except ForeignSettings as exc:
+            self.telemetry.on_update_applied(time.perf_counter() - t0, "foreign")
+            self.foreign = str(exc)
+            raise ForeignUpdateLog(self.foreign) from None
+        result = "applied" if applied else "foreign" if self.replica.foreign > foreign else "skipped"
+        self.telemetry.on_update_applied(time.perf_counter() - t0, result, len(rec.reborn) if applied else 0)
         if applied and rec.kind != "claim" and rec.writer == self.replica.writer:
             # what the gauge of on_staleness cannot see: own records computed but not yet in the log
             self.telemetry.on_own_update_learned(item.offset - rec.base)
@@ -653,6 +670,8 @@ class ReplicaMode:
                 self.sync.flush()  # our last records are in the log ...
             if self.sync is not None and self.sync.catch_up(timeout_s=30.0):  # ... and applied, with everybody's
                 self.checkpoints.dirty = True
+        except UpdateLogUnusable:
+            pass  # what stopped the daemon (logged then): nothing past it is applied
         except Exception as exc:  # noqa: BLE001 - the broker away: the snapshot is older, still valid
             log.warning("update log: could not catch up before the final snapshot", extra={"error": repr(exc)})
 

@@ -54,8 +54,9 @@ from ..supervised.head_io import fork_head
 from .ledger import OffsetLedger
 from .rebase import Rebase, rebase_from_map
 
-__all__ = ["Assembler", "Computed", "FORMAT_VERSION", "NewerFormat", "Observed", "Source", "UpdateRecord", "Replica",
-           "check_replicable", "decode", "encode", "digest"]
+__all__ = ["Assembler", "Computed", "FORMAT_VERSION", "ForeignSettings", "NewerFormat", "Observed", "Source",
+           "UpdateRecord", "Replica", "check_replicable", "decode", "encode", "digest", "model_settings",
+           "settings_differences"]
 
 log = logging.getLogger("streamtopics.daemon")
 
@@ -138,6 +139,9 @@ class UpdateRecord:
     writer: str = ""                      # the replica incarnation that computed it (logs; own claims)
     claim: int = -1                       # update offset of the claim it was computed under (-1: none)
     reborn: list = field(default_factory=list)  # topics reset before the update (births.py; travels with part 0)
+    # the computing replica's model settings (``model_settings``; travels with part 0); None: a
+    # record of a release that did not send them, taken as agreeing
+    settings: dict | None = None
 
     @property
     def n_rows(self) -> int:
@@ -146,7 +150,7 @@ class UpdateRecord:
     def doc_fields(self) -> dict:
         """The per-document part (it travels whole, with the first part of a split record)."""
         return {name: getattr(self, name) for name in _DOC_ARRAYS} | {"tokens": self.tokens, "targets": self.targets,
-                                                                      "reborn": self.reborn}
+                                                                      "reborn": self.reborn, "settings": self.settings}
 
 
 class Observed(NamedTuple):
@@ -175,6 +179,53 @@ class Computed(NamedTuple):
     label_names: list = []
     batch: Observed | None = None
     stats: dict | None = None  # the local step's diagnostics (``model.local_step_stats``), for the metrics
+
+
+# Settings that replicas of one update log need not share: how a host runs, not what it learns
+# (threads give bit-identical results, tests/test_threads.py).
+HOST_SETTINGS = frozenset({"threads"})
+
+
+def _plain(v):
+    """A setting msgpack cannot carry as it is, in a form that compares alike on every replica."""
+    if isinstance(v, (set, frozenset)):
+        return sorted(map(str, v))
+    return str(v)
+
+
+def model_settings(model) -> dict:
+    """The settings every replica of one update log must share (``TopicModel.get_params`` without
+    ``HOST_SETTINGS``), as the wire carries them (lists for tuples, sorted lists for sets): what a
+    record was computed under. Applying a record to a model of other settings (another number of
+    topics, engine, update rule, supervision, ...) would corrupt it, or apply the same log into
+    different models on different replicas."""
+    params = {k: v for k, v in sorted(model.get_params().items()) if k not in HOST_SETTINGS}
+    return msgpack.unpackb(msgpack.packb(params, default=_plain, use_bin_type=True), raw=False)
+
+
+def settings_differences(theirs: dict | None, ours: dict) -> dict[str, tuple]:
+    """Settings in which a record (``theirs``) and this replica's model (``ours``) differ:
+    name -> (the record's, ours). Only names both know are compared (a release that added a
+    setting still reads the records of one that did not)."""
+    if theirs is None:
+        return {}
+    return {k: (theirs[k], ours[k]) for k in sorted(set(theirs) & set(ours)) if theirs[k] != ours[k]}
+
+
+class ForeignSettings(ValueError):
+    """The update log's model has other settings than this replica's (``Replica.apply``): the
+    replica has not applied a record of its own settings yet, so it is the one that differs and
+    must not join: nothing is applied, and the daemon refuses to start with ``differences``."""
+
+    def __init__(self, offset: int, writer: str, differences: dict[str, tuple]) -> None:
+        self.offset, self.writer, self.differences = offset, writer, differences
+        shown = ", ".join(f"{k} = {a!r} in the log, {b!r} here" for k, a, b in
+                          ((k, *ab) for k, ab in list(differences.items())[:6]))
+        more = f" (and {len(differences) - 6} more)" if len(differences) > 6 else ""
+        super().__init__(f"the update log's model has other settings than this replica's: {shown}{more} "
+                         f"(record at update offset {offset}, written by {writer or 'an unnamed replica'}). Replicas "
+                         f"of one update log must share their [model] settings: give this replica the log's, or "
+                         f"another [replication] updates_topic for a new model")
 
 
 def check_replicable(model) -> list[str]:
@@ -309,6 +360,8 @@ def _to_map(rec: UpdateRecord, part: int, parts: int) -> dict:
          "n_docs": rec.n_docs, "n_tokens": rec.n_tokens, "objective": rec.objective,
          "entropy": rec.entropy, "alloc": rec.alloc, "new_words": rec.new_words, "tokens": rec.tokens,
          "targets": rec.targets, "reborn": rec.reborn}
+    if rec.settings is not None:
+        m["settings"] = rec.settings
     _pack_rows(m, rec)
     for name in _SINGLES:
         m[name] = _pack_array(name, getattr(rec, name))
@@ -354,6 +407,14 @@ def _doc_slice(rec: UpdateRecord, lo: int, hi: int) -> UpdateRecord:
     return replace(rec, tokens=rec.tokens[lo:hi], targets=None if rec.targets is None else rec.targets[lo:hi])
 
 
+def _settings_of(v) -> dict | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise ValueError(f"settings: a map expected, not {type(v).__name__}")
+    return {str(k): val for k, val in v.items()}
+
+
 class NewerFormat(ValueError):
     """An update record of a wire format newer than this release reads (``FORMAT_VERSION``)."""
 
@@ -382,6 +443,7 @@ def decode(raw: bytes) -> tuple[UpdateRecord | Rebase, int, int]:
             entropy=float(m["entropy"]), alloc=float(m["alloc"]), new_words=list(m["new_words"]),
             tokens=m["tokens"], targets=m.get("targets"), rid=str(m["rid"]), writer=str(m.get("writer") or ""),
             claim=int(m.get("claim", -1)), reborn=[int(k) for k in m.get("reborn") or ()],
+            settings=_settings_of(m.get("settings")),
             **{name: _unpack_array(name, m[name]) for name in _ARRAYS if name in m})
         return rec, int(m["part"]), int(m["parts"])
     except (KeyError, TypeError, ValueError, msgpack.exceptions.ExtraData) as exc:
@@ -482,6 +544,13 @@ class Replica:
         self.applied = 0
         self.skipped = 0
         self.fenced = 0                    # records skipped because a later claim took their partition
+        self.foreign = 0                   # records skipped because they were computed under other settings
+        self.settings = model_settings(model)
+        # A replica whose model came from the log (a snapshot at an update offset, with documents
+        # learned), or that applied a record of its own settings, holds the log's settings: a record
+        # of other settings met later is a misconfigured replica's, skipped. Before that, such a
+        # record means this replica is the one that differs (``ForeignSettings``).
+        self.settled = self.offset > 0 and model.state.docs_seen > 0
         # offsets of skipped records that no learned range covers (a zombie's batch cut
         # otherwise than its successor's): not learned from that record; see docs/scale-out.md
         self.unlearned = 0
@@ -523,7 +592,8 @@ class Replica:
             n_tokens = sum(len(t) for t in tokens)
             return UpdateRecord(source=source, base=self.offset, kind="batch", n_docs=len(tokens), n_tokens=n_tokens,
                                 tokens=[list(map(str, t)) for t in tokens], targets=targets,
-                                writer=self.writer, claim=self.claims.get(source.key, -1)), None
+                                writer=self.writer, claim=self.claims.get(source.key, -1),
+                                settings=self.settings), None
         state = model.state
         n_known, n_rows, totals0 = len(model.vocab), state.n_words, state.mu_totals.copy()
         label_names = model.label_names
@@ -556,7 +626,8 @@ class Replica:
                            known=known, new_words=new_words, indptr=sm.indptr.astype(np.int64),
                            topics=sm.topics.astype(np.int32), values=sm.values.astype(np.float64),
                            totals=totals.astype(np.float64), doc_ptr=ptr, doc_topics=cols, doc_values=vals,
-                           writer=self.writer, claim=self.claims.get(source.key, -1), reborn=reborn)
+                           writer=self.writer, claim=self.claims.get(source.key, -1), reborn=reborn,
+                           settings=self.settings)
         if reborn:
             self._unborn[rec.rid] = list(reborn)
             while len(self._unborn) > UNBORN_KEPT:  # records never applied (dropped at a revocation)
@@ -625,6 +696,9 @@ class Replica:
             if self.ledger.epoch(key) == src.epoch:
                 self._note_partial(src, offset)
             return False
+        if self._foreign(rec, offset):
+            return False
+        self.settled = True
         model = self.model
         problem = self._unacceptable(rec)
         if problem is None:
@@ -640,6 +714,26 @@ class Replica:
                 "update_offset": offset, "partition": key, "first": src.first, "next": src.next, "reason": problem})
             return False
         self.applied += 1
+        return True
+
+    def _foreign(self, rec: UpdateRecord, offset: int) -> bool:
+        """Whether ``rec`` was computed under other model settings and is skipped: identically on
+        every replica of the log's settings, which leave its source range uncovered (the
+        partition's next owner reads it again). Raises ``ForeignSettings`` (the offset stays
+        before the record) on a replica that has not met the log's settings yet."""
+        diff = settings_differences(rec.settings, self.settings)
+        if not diff:
+            return False
+        if not self.settled:
+            self.offset = offset
+            raise ForeignSettings(offset, rec.writer, diff)
+        self.skipped += 1
+        self.foreign += 1
+        log.error("update log: a record computed under other model settings is skipped (a misconfigured replica "
+                  "wrote it; its documents are read again by the partition's next owner)", extra={
+                      "update_offset": offset, "writer": rec.writer, "partition": rec.source.key,
+                      "first": rec.source.first, "next": rec.source.next,
+                      "differences": {k: {"record": a, "model": b} for k, (a, b) in diff.items()}})
         return True
 
     def _learn(self, rec: UpdateRecord, offset: int, batch_key) -> None:

@@ -314,8 +314,10 @@ class Telemetry:
 
     # -- replication -------------------------------------------------------------------
 
-    def on_update_applied(self, seconds: float, applied: bool, births: int = 0) -> None:
-        self.metrics.updates_applied.labels(result="applied" if applied else "skipped").inc()
+    def on_update_applied(self, seconds: float, result: str, births: int = 0) -> None:
+        """``result``: "applied", "skipped" (learned already, or fenced) or "foreign" (computed under
+        other model settings)."""
+        self.metrics.updates_applied.labels(result=result).inc()
         if births:  # topics the applied record reset for newborns (births.py)
             self.metrics.topic_births.inc(births)
         self.metrics.update_apply_duration.observe(seconds)
