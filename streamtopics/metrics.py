@@ -200,6 +200,10 @@ class Metrics:
                                           "Times this replica found its update log lost (a broker that lost its "
                                           "data, the topic created again) and offered its snapshot as the new "
                                           "log's base.", registry=r)
+        self.update_log_truncations = Counter(
+            "streamtopics_update_log_truncations_total",
+            "Starts at which retention had deleted update-log records after this replica's snapshot and it "
+            "continued from the newest snapshot shipped to Kafka (without one it refuses to start).", registry=r)
         self.update_staleness = Gauge("streamtopics_update_staleness_records",
                                       "Records between the log's end and the model the last batch was computed "
                                       "against.", registry=r)
@@ -587,6 +591,7 @@ METRIC_NAMES: dict[str, str] = {
     "streamtopics_update_staleness_records": "gauge",
     "streamtopics_update_log_waiting_seconds": "gauge",
     "streamtopics_update_log_rebases_total": "counter",
+    "streamtopics_update_log_truncations_total": "counter",
     "streamtopics_update_computed_behind_records": "histogram",
     "streamtopics_updates_applied_total": "counter",
     "streamtopics_update_unlearned_offsets": "gauge",

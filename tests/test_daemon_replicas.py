@@ -138,6 +138,67 @@ def test_a_replica_with_no_disk_of_its_own_starts_from_a_snapshot_shipped_throug
             assert b.replica.applied < shipped_at  # it replayed only the log after the shipped snapshot
 
 
+def test_a_replica_whose_snapshot_retention_has_passed_goes_on_from_the_newest_shipped_one(broker, fresh_topic,
+                                                                                           tmp_path, monkeypatch):
+    """A replica restarting from a snapshot at update offset X1 while retention has deleted the
+    log's records up to past X1 cannot catch up by the log. It used to apply the log from its new
+    beginning as if it followed X1 (a model no other replica holds, silently). Now, with
+    ``snapshots_topic``, it continues from the newest shipped snapshot (the same model as the
+    others at the log's end); without one it refuses to start (exit 2) saying how to go on."""
+    import shutil
+
+    from kafka import KafkaProducer
+
+    from streamtopics.service import replica_sync
+    from streamtopics.service.checkpoint import StartRefused
+    from streamtopics.testing.broker import create_topics
+    from test_update_log import _RetainedFrom
+
+    topics = _topics(fresh_topic)
+    updates = fresh_topic(prefix="upd")
+    snaps_topic = fresh_topic(prefix="snapshots")
+    create_topics(broker.bootstrap, {snaps_topic + "-manifests": 1})
+    rep = {"enabled": True, "updates_topic": updates, "snapshots_topic": snaps_topic, "replica_id": "a"}
+    kafka = {"group_id": f"g-ret-{updates}"}
+    prod = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+
+    def produce(lo, hi):
+        for i, x in enumerate(_docs(hi - lo, offset=lo)):
+            prod.send(topics["input"], msgpack.packb(x), partition=i % 2)
+        prod.flush(timeout=30)
+
+    produce(0, 600)
+    cfg_a = _cfg(broker.bootstrap, topics, tmp_path / "a", replication=rep, kafka=kafka)
+    with _running(cfg_a) as a:
+        _wait(lambda: _learned(a) >= 600, 120, "the first documents learned")
+    x1 = a.replica.offset
+    for name in ("b", "c"):  # two hosts restored from a's snapshot at x1
+        shutil.copytree(tmp_path / "a", tmp_path / name, ignore=shutil.ignore_patterns(".streamtopics.lock"))
+    produce(600, 1200)
+    with _running(cfg_a) as a:
+        _wait(lambda: _learned(a) >= 1200, 120, "the next documents learned")
+        _wait(lambda: a.replicas.shipper.shipped >= 1, 60, "a snapshot shipped past x1")
+        a.replicas.shipper.wait()
+    prod.close(timeout=5)
+    end = a.replica.offset
+    assert end > x1 + 2
+    real = replica_sync.KafkaConsumer
+    monkeypatch.setattr(replica_sync, "KafkaConsumer", lambda **kw: _RetainedFrom(real(**kw), updates, x1 + 1))
+    cfg_b = _cfg(broker.bootstrap, topics, tmp_path / "b", replication={**rep, "replica_id": "b"}, kafka=kafka)
+    with _running(cfg_b) as b:
+        _wait(lambda: b.replica is not None and b.replica.offset == end and b.model is b.replica.model, 60,
+              "b joined, at the log's end")
+        assert digest(b.model) == digest(a.model) and _learned(b) == 1200
+        assert b.model.snapshot_info["extra"]["daemon"]["update_offset"] > x1  # the shipped one
+        assert b.metrics.registry.get_sample_value("streamtopics_update_log_truncations_total") == 1
+    no_ship = {k: v for k, v in rep.items() if k != "snapshots_topic"}
+    c = Daemon(_cfg(broker.bootstrap, topics, tmp_path / "c", replication={**no_ship, "replica_id": "c"},
+                    kafka=kafka))
+    assert c.run() == 2 and isinstance(c.error, StartRefused)
+    assert f"begins at offset {x1 + 1}" in str(c.error) and "newer snapshot" in str(c.error), str(c.error)
+    assert c.replica.offset == x1 and c.replica.applied == 0
+
+
 def test_supervised_replicas_share_one_classifier(broker, fresh_topic, tmp_path):
     """supervision = "hinge": the classifier's statistics travel in the update records, so both
     replicas end with one model and one classifier (same labels, same eta, bit for bit), and

@@ -331,3 +331,57 @@ def test_a_reader_far_behind_the_end_is_checked_without_waiting_for_the_loop(bro
         assert time.monotonic() - t0 < 15
     finally:
         reader.close()
+
+
+class _RetainedFrom:
+    """A real consumer of the bundled broker, its partition's log seen as a broker with retention
+    shows it after deleting the records below ``begins``: a fetch from below comes back from
+    ``begins`` (kafka-python resets an out-of-range position to the earliest offset) and the
+    beginning offset is ``begins``. tansu has no retention and closes the connection on
+    DeleteRecords, so this is how a truncated update log is read here."""
+
+    def __init__(self, consumer, topic: str, begins: int) -> None:
+        self._c, self._topic, self._begins = consumer, topic, begins
+
+    def __getattr__(self, name):
+        return getattr(self._c, name)
+
+    def seek(self, tp, offset):
+        return self._c.seek(tp, max(offset, self._begins) if tp.topic == self._topic else offset)
+
+    def beginning_offsets(self, tps):
+        got = self._c.beginning_offsets(tps)
+        return {tp: max(v, self._begins) if tp.topic == self._topic else v for tp, v in got.items()}
+
+
+def test_a_log_that_retention_cut_past_the_replicas_offset_is_told_and_nothing_after_it_is_handed_over(
+        broker, fresh_topic):
+    """A replica restored at offset 3 of a log that now begins at 10: the client moves to 10 on
+    its own, and the reader used to hand records 10.. over as if they followed 2 (the replica
+    then skipped 3..9 and diverged from every other replica, silently). Now it hands over one
+    ``truncated`` message with the log's beginning and stops reading."""
+    topic = fresh_topic(prefix="upd")
+    _produce(broker.bootstrap, topic, [f"small message {i}".encode() for i in range(20)])
+
+    def consumer():
+        return _RetainedFrom(KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None,
+                                           auto_offset_reset="earliest", fetch_max_wait_ms=100), topic, 10)
+
+    reader = UpdateReader(consumer, TopicPartition(topic, 0), start=3)
+    reader.start()
+    try:
+        got = reader.take(timeout_s=20)
+        assert got is not None and got.truncated and got.offset == 3 and "begins at offset 10" in got.error
+        assert reader.truncated == 10 and reader.take(timeout_s=1.0) is None
+        reader._thread.join(5)
+        assert not reader.alive
+    finally:
+        reader.close()
+    # a reader whose offset the log still holds reads on as before
+    reader = UpdateReader(consumer, TopicPartition(topic, 0), start=12)
+    reader.start()
+    try:
+        got = reader.take(timeout_s=20)
+        assert got is not None and got.offset == 12 and not got.truncated
+    finally:
+        reader.close()

@@ -30,7 +30,8 @@ from .replication import Computed, ForeignSettings, Replica, Source, UpdateRecor
 from .session import log_reader_kwargs, log_writer_kwargs
 from .update_log import Fetched, UpdateReader, UpdateWriter
 
-__all__ = ["ForeignUpdateLog", "NewerUpdateFormat", "ReplicaMode", "ReplicaSync", "UpdateLogRebased", "UpdateLogReset", "UpdateLogUnusable",
+__all__ = ["ForeignUpdateLog", "NewerUpdateFormat", "ReplicaMode", "ReplicaSync", "UpdateLogRebased", "UpdateLogReset",
+           "UpdateLogTruncated", "UpdateLogUnusable",
            "update_log_clients"]
 
 log = logging.getLogger("streamtopics.daemon")
@@ -76,6 +77,18 @@ class UpdateLogReset(UpdateLogUnusable):
     Applying the new log from our offset would skip its first records and take the rest for the
     continuation of the old one (what happened before this check: a replica learned a few batches
     of it and then nothing more, silently). docs/scale-out.md, "When the update log is lost"."""
+
+
+class UpdateLogTruncated(UpdateLogUnusable):
+    """Retention deleted update-log records that this replica's model has not applied (it
+    restarted from a snapshot older than the log's beginning, or fell that far behind): the log
+    cannot bring its model to the others'. Nothing more is applied; at start a replica with
+    ``snapshots_topic`` continues from the newest shipped snapshot when the log still holds what
+    follows it, else it refuses to start (``ReplicaMode.join``). ``begins``: the log's first offset."""
+
+    def __init__(self, message: str, begins: int) -> None:
+        super().__init__(message)
+        self.begins = begins
 
 
 def update_log_clients(cfg) -> tuple[dict, dict]:
@@ -193,7 +206,7 @@ class ReplicaSync:
             self._tick()
             if time.monotonic() > deadline:
                 return
-        if self._reader.reset is not None:
+        if self._reader.reset is not None or self._reader.truncated is not None:
             self.apply_fetched()
 
     def end_offset(self) -> int:
@@ -254,6 +267,9 @@ class ReplicaSync:
                                  f"docs/scale-out.md, 'When the update log is lost', says how to go on")
         if self.foreign is not None:
             raise ForeignUpdateLog(self.foreign)
+        if item.truncated:
+            raise UpdateLogTruncated(f"update log {self.tp.topic!r}: {item.error}; this replica's model is at "
+                                     f"update offset {self.replica.offset}", self._reader.truncated or item.offset)
         if item.offset < self.replica.offset:
             return 0
         self.last_applied = (item.offset, item.crc)
@@ -414,28 +430,62 @@ class ReplicaMode:
 
     def join(self, model, ledger, adopt=lambda model, ledger: None) -> None:
         """The model at its snapshot's update offset, then the log applied to its end. ``adopt(model,
-        ledger)``: the daemon takes another model and ledger (its log was lost: the new log's base)."""
-        info = getattr(model, "snapshot_info", None) or {}
-        saved = (info.get("extra") or {}).get("daemon") or {}
-        offset = int(saved.get("update_offset", 0))
-        self.replica = Replica(model, offset=offset, ledger=ledger, owners=saved.get("owners") or {},
-                               writer=f"{self.replica_id}/{uuid.uuid4().hex[:8]}")
-        self.rebase_offset = saved.get("rebase_offset")
-        self._new_sync(saved.get("update_log_topic_id"), saved.get("update_log_last"))
+        ledger)``: the daemon takes another model and ledger (its log was lost: the new log's base;
+        retention deleted records after its snapshot: the newest shipped snapshot)."""
+        offset = _saved(model).get("update_offset", 0)
         self._starting = True
-        self.sync.connect(read_from=saved.get("read_from"))
-        if offset > 0:
-            try:
-                self.sync.verify()
-            except UpdateLogReset as exc:
-                self._publish_rebase(str(exc))
-        n = self.sync.catch_up(timeout_s=600.0)
+        try:
+            n = self._start_at(model, ledger, f"{self.replica_id}/{uuid.uuid4().hex[:8]}")
+        except UpdateLogTruncated as exc:
+            n = self._from_shipped(exc)
         self._starting = False
         if self.replica.model is not model:
             adopt(self.replica.model, self.replica.ledger)
         log.info("replica joined the update log", extra={
             "replica": self.replica_id, "from_offset": offset, "applied": n, "update_offset": self.replica.offset})
         self.checkpoints.dirty = self.checkpoints.dirty or n > 0
+
+    def _start_at(self, model, ledger, writer: str) -> int:
+        """Join the log with ``model`` at its snapshot's update offset: the records applied."""
+        saved = _saved(model)
+        offset = int(saved.get("update_offset", 0))
+        self.replica = Replica(model, offset=offset, ledger=ledger, owners=saved.get("owners") or {}, writer=writer)
+        self.rebase_offset = saved.get("rebase_offset")
+        self._new_sync(saved.get("update_log_topic_id"), saved.get("update_log_last"))
+        self.sync.connect(read_from=saved.get("read_from"))
+        if offset > 0:
+            try:
+                self.sync.verify()
+            except UpdateLogReset as exc:
+                self._publish_rebase(str(exc))
+        return self.sync.catch_up(timeout_s=600.0)
+
+    def _from_shipped(self, exc: UpdateLogTruncated) -> int:
+        """Retention deleted records after this replica's snapshot: go on from the newest snapshot
+        shipped to Kafka when the log still holds what follows it; else refuse to start, saying how
+        to go on (no rebase: the other replicas' model is intact, only this one is behind)."""
+        how = ("start it from a newer snapshot (with [replication] snapshots_topic it fetches the newest shipped one; "
+               "else copy one from another replica into its snapshot directory), and raise the update log's "
+               "retention.ms above the snapshot interval")
+        path = None
+        if self.shipper is not None:
+            try:
+                path = self.shipper.fetch_newest(self.checkpoints.store.dir)
+            except Exception as err:  # noqa: BLE001 - the broker away: refused below, with the reason
+                log.warning("could not fetch a shipped snapshot", extra={"error": repr(err)})
+        if path is None:
+            raise StartRefused(f"{exc}; {how}") from exc
+        model, ledger = self.checkpoints.adopt_bytes(path.read_bytes())
+        at = int(_saved(model).get("update_offset", 0))
+        if at < exc.begins:
+            raise StartRefused(f"{exc}; the newest shipped snapshot is at update offset {at}, also before it: "
+                               f"{how}") from exc
+        log.warning("update log: records after this replica's snapshot were deleted; continuing from the newest "
+                    "shipped snapshot", extra={"log_begins": exc.begins, "snapshot_update_offset": at,
+                                               "path": str(path)})
+        self.sync.close()
+        self.telemetry.on_update_log_lost(truncated=True)
+        return self._start_at(model, ledger, self.replica.writer)
 
     def _new_sync(self, topic_id: str | None = None, last=None) -> None:
         """The update log's side of ``self.replica`` (not connected yet); ``topic_id`` and ``last``
@@ -684,6 +734,12 @@ class ReplicaMode:
     def close(self) -> None:
         if self.sync is not None:
             self.sync.close()
+
+
+def _saved(model) -> dict:
+    """What the daemon saved with a snapshot's model (``snapshot_extra``); {} for a new model."""
+    info = getattr(model, "snapshot_info", None) or {}
+    return (info.get("extra") or {}).get("daemon") or {}
 
 
 def _predicted(res) -> Computed:

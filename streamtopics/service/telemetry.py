@@ -315,8 +315,7 @@ class Telemetry:
     # -- replication -------------------------------------------------------------------
 
     def on_update_applied(self, seconds: float, result: str, births: int = 0) -> None:
-        """``result``: "applied", "skipped" (learned already, or fenced) or "foreign" (computed under
-        other model settings)."""
+        """``result``: "applied", "skipped" (learned already, or fenced), "foreign" (other settings)."""
         self.metrics.updates_applied.labels(result=result).inc()
         if births:  # topics the applied record reset for newborns (births.py)
             self.metrics.topic_births.inc(births)
@@ -337,9 +336,10 @@ class Telemetry:
         self.update_log_wait = seconds
         self.metrics.update_log_waiting.set(seconds or 0.0)
 
-    def on_update_log_lost(self) -> None:
-        """The update log was found lost; this replica offered its snapshot as the new log's base."""
-        self.metrics.update_log_rebases.inc()
+    def on_update_log_lost(self, truncated: bool = False) -> None:
+        """The update log was found lost (this replica offered its snapshot as the new log's base),
+        or ``truncated`` past its snapshot by retention (it continues from a shipped snapshot)."""
+        (self.metrics.update_log_truncations if truncated else self.metrics.update_log_rebases).inc()
 
     def on_own_update_learned(self, behind: int) -> None:
         """One of this replica's records was learned ``behind`` records after the model its batch

@@ -49,6 +49,7 @@ class Fetched:
     part_of: str | None = None  # a part: the id of the record it belongs to
     newer: bool = False  # an update record of a newer wire format: not to be skipped (``NewerFormat``)
     reset: bool = False  # the log is not the one this replica's offsets refer to (``error`` says why)
+    truncated: bool = False  # the log no longer holds the records from ``offset`` on (retention deleted them)
     rebase: Rebase | None = None  # a whole rebase message (``rebase.py``) completes at ``offset``
     crc: int = 0  # the message's fingerprint (``record_print``): whether the log still holds it (``last``)
 
@@ -66,6 +67,7 @@ class UpdateReader:
         # else the first one seen. Another id means the topic was deleted and created again.
         self.topic_id = topic_id
         self.reset: str | None = None  # why the log is not the one our offsets refer to (then it stops)
+        self.truncated: int | None = None  # the log's first offset, past ours: retention deleted records we need
         # (offset, fingerprint) of a message the replica had read (from its snapshot, then the last handed
         # over): read again at start and after a lost broker connection, it must come back unchanged
         self.last = tuple(last) if last else None
@@ -148,6 +150,8 @@ class UpdateReader:
                 why = self._not_our_log(consumer, msgs)
                 if why is not None:
                     return self._lost(why)
+                if msgs and msgs[0].offset > self.position and self._deleted_below(consumer, msgs[0].offset):
+                    return None
                 if msgs:  # compared with our offsets: checked, before the (bounded) queue can block
                     self.checked.set()  # (set after queueing, a poll of > 16 records stalled a start 30 s)
                 for msg in msgs:
@@ -175,6 +179,25 @@ class UpdateReader:
                   extra={"offset": self.position, "why": why})
         self._put(Fetched(self.position, None, why, reset=True))
         self.checked.set()
+
+    def _deleted_below(self, consumer, first: int) -> bool:
+        """A fetch that begins past ``position``: the client moved to the log's beginning after an
+        out-of-range fetch, so the records between were deleted (retention, DeleteRecords). Applying
+        on would skip them: the replica's model could not be the one the others hold at any offset.
+        Confirmed with the broker's first offset; a gap the log's beginning does not explain is
+        logged and read past (a writer's control records)."""
+        begin = int(consumer.beginning_offsets([self.tp])[self.tp])
+        if begin <= self.position:
+            log.warning("update log: offsets %d..%d hold no records; reading on", self.position, first - 1)
+            return False
+        self.truncated = begin
+        why = (f"the update log now begins at offset {begin}: the records from {self.position} to {begin - 1} "
+               f"that this replica's model needs were deleted (the topic's retention.ms or retention.bytes)")
+        log.error("update log: records this replica needs were deleted; nothing more is applied",
+                  extra={"offset": self.position, "log_begins": begin})
+        self._put(Fetched(self.position, None, why, truncated=True))
+        self.checked.set()
+        return True
 
     def _same_last(self, consumer) -> tuple[bool, str | None]:
         """Read the message at ``last`` again: (concluded, why the log is another one, or None).
