@@ -862,6 +862,12 @@ def config_warnings(cfg: Config) -> list[str]:
         out.append("snapshot.every_batches = 0 and snapshot.every_seconds = 0: snapshots are written only after "
                    "the first learned batch and at a graceful stop, so after a crash the daemon re-reads and "
                    "re-learns everything since its start (exactly once, but all of it); set one of them")
+    from .parallel import available_cores
+
+    threads, cores = cfg.model.threads, available_cores()
+    if threads and threads > cores:
+        out.append(f"model.threads = {threads} is more than the {cores} cores this process may use: the extra threads "
+                   f"only take turns on them (slower, not faster); 0 uses the available cores")
     return out
 
 

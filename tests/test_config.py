@@ -464,3 +464,16 @@ def test_the_shipped_short_form_and_its_table_together_say_which_line_to_delete(
     from streamtopics.config import model_from_config
 
     assert model_from_config(load_config(f, env={}).model).supervision == "hinge"
+
+
+def test_more_threads_than_cores_is_warned_about(monkeypatch):
+    """threads = 1000 on a 2-core machine was taken without a word (999 helper threads taking turns)."""
+    from streamtopics import config as config_mod
+    from streamtopics import parallel
+
+    monkeypatch.setattr(parallel, "available_cores", lambda: 2)
+    warned = config_mod.config_warnings(Config.from_dict({"model": {"threads": 1000}}, env={}))
+    assert any("model.threads = 1000 is more than the 2 cores" in w for w in warned), warned
+    for ok in (0, 1, 2):
+        assert not any("model.threads" in w for w in
+                       config_mod.config_warnings(Config.from_dict({"model": {"threads": ok}}, env={})))
