@@ -453,6 +453,38 @@ def test_broker_loss_shows_in_metrics_and_the_daemon_recovers(tmp_path):
         b.cleanup()
 
 
+def test_a_hung_broker_shows_as_down_within_the_session_timeout_not_the_request_timeout(tmp_path):
+    """A broker that holds its connections but answers nothing (SIGSTOPped here) showed as up,
+    /readyz 200, until the request timeout (30 s) closed the connections (replicas audit). The
+    group's heartbeats stop being answered at once: broker_up 0 and /readyz 503 from the session
+    timeout (2 s in these tests) on, and up again once it answers."""
+    import os
+    import signal
+
+    b = EmbeddedBroker()
+    try:
+        b.start()
+        topics = {"input": "docs", "output": "preds", "dead_letter": "dlq"}
+        cfg = _cfg(b.bootstrap, topics, tmp_path / "snaps", kafka={"create_topics": True})
+        with _running(cfg) as d:
+            _produce(b.bootstrap, "docs", [msgpack.packb(x) for x in _docs(50)])
+            _wait(lambda: _consumed(d, "docs", 50), 60, "documents before the freeze")
+            _wait(lambda: _get(d.metrics_url + "/readyz")[0] == 200, 30, "ready")
+            os.kill(b.pid, signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                _wait(lambda: _samples(d.metrics_url)[("streamtopics_broker_up", ())] == 0, 20, "broker_up 0")
+                assert time.monotonic() - t0 < 15  # the request timeout is 30 s
+                assert _get(d.metrics_url + "/readyz")[0] == 503
+            finally:
+                os.kill(b.pid, signal.SIGCONT)
+            _wait(lambda: _get(d.metrics_url + "/readyz")[0] == 200, 60, "ready once the broker answers")
+            _produce(b.bootstrap, "docs", [msgpack.packb(x) for x in _docs(30, 50)])
+            _wait(lambda: _consumed(d, "docs", 80), 60, "documents after the freeze")
+    finally:
+        b.cleanup()
+
+
 def test_daemon_started_before_the_broker_waits_for_it(tmp_path):
     import socket
 

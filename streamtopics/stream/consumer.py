@@ -51,7 +51,7 @@ from kafka.structs import OffsetAndMetadata
 from .assignment_check import JoinCheck, member_generation
 from .batching import PartitionBuffers
 
-__all__ = ["BatchingConsumer", "ConnectionWatch", "JoinWatch", "RecordBatch", "heal_lost_join",
+__all__ = ["BatchingConsumer", "ConnectionWatch", "JoinWatch", "RecordBatch", "heal_lost_join", "heartbeats_unanswered",
            "stay_in_group_on_close"]
 
 log = logging.getLogger(__name__)
@@ -269,6 +269,20 @@ class ConnectionWatch:
         self._seen = frozenset()
 
 
+def heartbeats_unanswered(consumer) -> bool:
+    """A member of a stable group whose heartbeats have gone unanswered for a session timeout:
+    the broker holds the connection but does not answer (hung, SIGSTOPped, overloaded). Measured
+    with tansu SIGSTOPped: the connections stay "connected" until the request timeout (30 s)
+    closes them, while heartbeats stop being answered at once; the broker counts as down from
+    ``session_timeout_ms`` (10 s) on instead. Not during a rebalance (no heartbeats are sent while
+    joining, which may take long with slow members); False when the internals are absent."""
+    try:  # kafka-python 3 internals
+        co = consumer._coordinator
+        return bool(co.stable()) and bool(co.heartbeat.session_timeout_expired())
+    except AttributeError:
+        return False
+
+
 class BatchingConsumer:
     """A KafkaConsumer in a group, with per-partition buffers cut into deterministic batches.
 
@@ -472,7 +486,7 @@ class BatchingConsumer:
             conns = c._client._manager._conns
         except AttributeError:
             return True
-        return any(getattr(conn, "connected", False) for conn in list(conns.values()))
+        return any(getattr(conn, "connected", False) for conn in list(conns.values())) and not heartbeats_unanswered(c)
 
     def topic_id(self, topic: str) -> str | None:
         """The broker's id of ``topic`` (KIP-516, metadata v10+), or None when unknown."""
