@@ -6,6 +6,7 @@ same document got the same top topic from both in 1.2 % of cases).
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_daemon import _cfg, _docs, _read_all, _running, _wait  # noqa: E402
+from test_daemon import _cfg, _docs, _get, _read_all, _running, _wait  # noqa: E402
 
 from streamtopics.daemon import Daemon  # noqa: E402
 from streamtopics.service.replication import digest  # noqa: E402
@@ -60,6 +61,8 @@ def test_two_replicas_learn_one_model_exactly_once(broker, fresh_topic, tmp_path
         # own last publish, 0 on a replica that only applied: StreamtopicsReplicasDisagree misfired)
         _wait(lambda: all(d.metrics.registry.get_sample_value("streamtopics_update_log_offset") == a.replica.offset
                           for d in (a, b)), 10, "the applied offsets on /metrics")
+        # and on /readyz, where model_version counts global updates, not the predictions' update offset
+        assert all(json.loads(_get(d.metrics_url + "/readyz")[1])["update_offset"] == a.replica.offset for d in (a, b))
         assert _learned(a) == _learned(b) == n  # distinct documents, none twice
         assert digest(a.model) == digest(b.model)
         # each partition claimed in the log by the replica that reads it; no record fenced

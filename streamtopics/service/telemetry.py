@@ -42,20 +42,18 @@ class Telemetry:
         self.counts = {"documents": 0, "tokens": 0, "batches": 0, "dead_letters": 0, "predictions": 0}
         self.dead_by_reason: dict[str, int] = {}
         self.acked: dict[str, int] = {}  # offsets whose predictions the broker has acknowledged
-        self.first_batch_at: float | None = None  # monotonic clock, for benchmarks and the demo
-        self.last_batch_at: float | None = None
+        self.first_batch_at = self.last_batch_at = None  # monotonic clock (float), for benchmarks and the demo
         self.broker_up = False
-        self.docs_rate = 0.0
-        self.tokens_rate = 0.0
+        self.docs_rate = self.tokens_rate = 0.0
         self._rate_t = time.monotonic()
-        self._rate_docs = 0
-        self._rate_tokens = 0
+        self._rate_docs = self._rate_tokens = 0
         self._last_progress_log = time.monotonic()
         self._last_status_words = 0.0
         self._status: dict[str, Any] = {}
         self._build: tuple[str, str, str] = ("", "", "")  # build_info's (version, engine, update)
         self.standby_ready = False  # replicas: a member with no partition is a ready standby (readiness)
         self.update_log_wait: float | None = None  # replicas: seconds a batch has waited for the log (readiness)
+        self.update_offset: int | None = None  # replicas: the update offset applied (predictions' model_version)
         self.prequential: deque[bool] = deque(maxlen=prequential_window)
         self._vocabulary_full_logged = False
         self.prequential_accuracy: float | None = None
@@ -87,8 +85,8 @@ class Telemetry:
 
     def readiness(self, book, model, stopping: bool, consumer=None) -> tuple[bool, dict]:
         """/readyz: partitions assigned, broker up, model loaded, not stopping, none quarantined, no
-        batch waiting for the update log (replicas).
-        With no partition assigned, the ``consumer``'s group join progress says why. A replica
+        batch waiting for the update log (replicas, which say their ``update_offset``). Without a
+        partition, the ``consumer``'s group join progress says why. A replica
         (``standby_ready``) that the group gave no partition, once the group is stable, is a
         standby: ready, since it follows the update log and holds the shared model (more replicas
         than input partitions, e.g. compose --scale)."""
@@ -101,6 +99,8 @@ class Telemetry:
               and waiting is None)
         out = {"partitions": [p for _, p in book.assigned], "broker_up": up, "model_ready": model is not None,
                "model_version": model.version if model is not None else None, "stopping": stopping}
+        if self.update_offset is not None:
+            out["update_offset"] = self.update_offset
         if waiting is not None:
             out["waiting_for_update_log_s"] = round(waiting, 1)
         if quarantined:
@@ -352,6 +352,7 @@ class Telemetry:
     def on_update_offset(self, offset: int) -> None:
         """The update-log offset the replica's model has applied up to (every replica, whether it
         publishes or not: a standby's and a restarted replica's too)."""
+        self.update_offset = int(offset)
         self.metrics.update_log_offset.set(offset)
 
     # -- snapshots ---------------------------------------------------------------------
