@@ -411,6 +411,8 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
+    # what loading noticed that is not an error (``config_warnings`` says it)
+    notes: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Plain nested dict for logs and snapshot headers; secrets shown as ``***``."""
@@ -556,9 +558,17 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
     if not errors:  # rules of the option objects, and table fields of another kind
         # a kind switched from the environment keeps the file's other fields without complaint
         env_kinds = {k for k in ("engine", "update", "supervision") if values["model"].get(k, (None, None))[1]}
+        flat = sorted(flat_given - set(spelled))
         errors.extend(model_config.kind_errors(cfg.model, spelled, skip=env_kinds)
-                      + model_config.flat_kind_errors(cfg.model, sorted(flat_given - set(spelled)), skip=env_kinds)
+                      + model_config.flat_kind_errors(cfg.model, flat, skip=env_kinds)
                       + model_config.option_errors(cfg.model))
+        # ... but says so: the file's fields of the kind it no longer has are ignored
+        others = {"engine", "update", "supervision"} - env_kinds
+        ignored = (model_config.kind_errors(cfg.model, spelled, skip=others)
+                   + model_config.flat_kind_errors(cfg.model, flat, skip=others))
+        cfg = dataclasses.replace(cfg, notes=tuple(
+            e.removeprefix("config error: ") + "; the kind comes from the environment, so it is ignored"
+            for e in ignored))
     if errors:
         raise ConfigError(errors)
     return cfg
@@ -856,7 +866,7 @@ def check_daemon_config(cfg: Config) -> list[str]:
 def config_warnings(cfg: Config) -> list[str]:
     """Settings that are valid but that an operator most likely did not mean (check-config prints
     them, the daemon logs them at start)."""
-    out = []
+    out = list(cfg.notes)
     snap = cfg.snapshot
     if snap.every_batches == 0 and snap.every_seconds == 0:
         out.append("snapshot.every_batches = 0 and snapshot.every_seconds = 0: snapshots are written only after "
