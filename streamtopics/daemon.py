@@ -487,9 +487,8 @@ class Daemon:
         if self.model is None or not self.checkpoints.dirty or not self.checkpoints.lock.held:
             return True
         if self.outbox.failed:
-            log.warning("final snapshot skipped: a learned batch has unacknowledged predictions; "
-                        "it will be replayed from the previous snapshot")
-            return True
+            self.checkpoints.log_final_skipped(self.offsets)  # rule 5: learned batches in no snapshot
+            return False
         if self.snapshot() is not None:
             return True
         self.checkpoints.log_final_failure(self.offsets)

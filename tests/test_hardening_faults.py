@@ -18,7 +18,7 @@ from streamtopics.config import Config
 from streamtopics.daemon import Daemon
 from streamtopics.model import TopicModel
 from streamtopics.testing import faults
-from streamtopics.testing.broker import EmbeddedBroker
+from streamtopics.testing.broker import EmbeddedBroker, create_topics
 from streamtopics.stream.codec import decode_dead_letter, decode_prediction
 
 from test_daemon import (  # noqa: E402 - the daemon tests' helpers
@@ -226,7 +226,6 @@ def test_topic_recreated_while_the_daemon_was_down_is_read_from_its_beginning(tm
         assert first.snapshot_info["offsets"] == {"docs:0": 100}
         assert first.snapshot_info["extra"]["daemon"]["topic_ids"].get("docs")
         b.restart(grace_s=0)
-        from streamtopics.testing.broker import create_topics
         create_topics(b.bootstrap, {"docs": 1, "preds": 1, "dlq": 1})
         new = _docs(150, 100)
         _produce(b.bootstrap, "docs", [msgpack.packb(x) for x in new])
@@ -238,5 +237,74 @@ def test_topic_recreated_while_the_daemon_was_down_is_read_from_its_beginning(tm
         assert m.snapshot_info["extra"]["daemon"]["epochs"] == {"docs:0": 1}
         preds = {decode_prediction(r.value)["id"] for r in _read_all(b.bootstrap, "preds", want=150)}
         assert preds == {x["id"] for x in new}
+    finally:
+        b.cleanup()
+
+
+def test_sigterm_with_the_broker_away_and_predictions_unacknowledged_skips_the_final_snapshot_and_exits_1(
+        tmp_path, caplog):
+    """SIGTERM after the broker froze (SIGSTOP) right after a batch was learned, its predictions not
+    acknowledged. The final snapshot must not claim that batch (rule 5: its predictions may be lost;
+    the model cannot be taken back to the last acknowledged batch), so it is skipped - and then the
+    learned batches are in no snapshot: the exit status is 1, as for a final snapshot that failed,
+    with an ERROR naming the good snapshot (it was 0 with a WARNING: an operator or supervisor read a
+    complete stop). The broker back, a restart learns the rest exactly once."""
+    import os
+    import signal
+    import threading
+
+    from streamtopics.service.hooks import Hooks
+
+    n, batch = 150, 50
+    b = EmbeddedBroker()
+    try:
+        b.start()
+        topics = {"input": "docs", "output": "preds", "dead_letter": "dlq"}
+        create_topics(b.bootstrap, {t: 1 for t in topics.values()})
+        # Snapshots: the early one after the first batch, then only at shutdown.
+        cfg = _cfg(b.bootstrap, topics, tmp_path / "snaps", snapshot={"every_batches": 1000},
+                   kafka={"request_timeout_ms": 5000})
+        learned, frozen = [0], threading.Event()
+
+        def freeze_after_third_batch(point):
+            if point == "learned":
+                learned[0] += 1
+                if learned[0] == 3:
+                    os.kill(b.pid, signal.SIGSTOP)
+                    frozen.set()
+
+        _produce(b.bootstrap, "docs", [msgpack.packb(x) for x in _docs(n)])
+        d = Daemon(cfg, hooks=Hooks([freeze_after_third_batch]))
+        rc: list = []
+        t = threading.Thread(target=lambda: rc.append(d.run()), daemon=True)
+        try:
+            t.start()
+            assert d.wait_started(30) and frozen.wait(120)
+            _wait(lambda: d.offsets.get("docs:0", 0) >= n, 30, "the third batch learned")
+            time.sleep(1.0)
+            assert d.outbox.pending > 0  # its predictions wait for the frozen broker
+            t0 = time.monotonic()
+            with caplog.at_level("INFO", logger="streamtopics"):
+                d.stop()
+                t.join(90)
+            took = time.monotonic() - t0
+        finally:
+            os.kill(b.pid, signal.SIGCONT)
+        assert not t.is_alive(), "daemon did not stop within 90 s"
+        snaps = sorted((tmp_path / "snaps").glob("*.stsnap"))
+        assert [load_snapshot(p).state.docs_seen for p in snaps] == [batch]  # nothing claimed past the acks
+        skipped = [r for r in caplog.records if r.getMessage().startswith("final snapshot skipped")]
+        assert skipped and skipped[0].levelname == "ERROR", [r.getMessage() for r in caplog.records][-20:]
+        assert skipped[0].last_snapshot == str(snaps[0]) and skipped[0].learned == {"docs:0": n}
+        assert rc == [1], (rc, took)
+        print(f"\nSIGTERM, broker frozen, the last batch's predictions unacknowledged: exit {rc[0]} after "
+              f"{took:.1f} s, the good snapshot ({batch} documents) kept")
+        # The broker back (it kept its data): a restart resumes from the good snapshot and learns the
+        # rest once.
+        with _running(cfg) as d2:
+            _wait(lambda: d2.offsets.get("docs:0", 0) >= n, 60, "the restart caught up")
+            time.sleep(0.5)
+            assert d2.model.state.docs_seen == n and d2.status()["documents"] == n - batch, d2.status()
+        assert load_snapshot(d2.last_snapshot).state.docs_seen == n
     finally:
         b.cleanup()

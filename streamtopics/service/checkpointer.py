@@ -205,6 +205,15 @@ class Checkpointer:
                   extra={"last_snapshot": str(last) if last else None,
                          "committed": dict(self.gate.snapshot_offsets), "learned": learned})
 
+    def log_final_skipped(self, learned: dict) -> None:
+        last = self.last_snapshot
+        log.error("final snapshot skipped: predictions of learned batches were not acknowledged before the "
+                  "stop (broker unreachable), and a snapshot must not claim them; the group's committed offsets stay at "
+                  "the last good snapshot, and what was learned since is read and learned again at the next "
+                  "start. Exiting with status 1.",
+                  extra={"last_snapshot": str(last) if last else None,
+                         "committed": dict(self.gate.snapshot_offsets), "learned": learned})
+
     def _after_failure(self) -> None:
         # Try again at the next trigger, not after every batch.
         self.batches_since = 0

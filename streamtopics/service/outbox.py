@@ -79,8 +79,12 @@ class Outbox:
         healthy, acked = True, False
         for job in pipeline.completed():
             if not job.ok:
-                self.failed = True
                 healthy = healthy and stopping
+                if job.meta is None:  # topic events or a snapshot announcement: no offsets wait on them
+                    log.warning("topic events or a snapshot announcement were not delivered",
+                                extra={"messages": len(job.messages)})
+                else:
+                    self.failed = True  # a learned batch's predictions: no snapshot may claim it
                 continue
             if job.meta is None:  # a snapshot announcement or topic events
                 continue
