@@ -133,6 +133,14 @@ class Publisher:
             p.flush(timeout=timeout_s)
         except Exception as exc:  # noqa: BLE001
             log.warning("final producer flush failed", extra={"error": repr(exc)})
+            # What it holds will not be delivered (the broker away at a stop): abandon it, or close()
+            # waits another flush, raises from it, leaves the producer open, and its __del__ raises
+            # again at exit (a "KafkaTimeoutError ... Exception ignored" traceback in the log).
+            sender = getattr(p, "_sender", None)  # kafka-python internals
+            if sender is not None and hasattr(sender, "force_close"):
+                sender.force_close()  # its thread aborts the pending batches as it ends
+                sender.join(2.0)
+                timeout_s = 0.0
         try:
             p.close(timeout=timeout_s)
         except Exception as exc:  # noqa: BLE001
