@@ -645,7 +645,10 @@ class SupervisedHead:
         if len(targets) != Z.shape[0]:
             raise ValueError(f"{len(targets)} targets for {Z.shape[0]} documents")
         n_before = len(self.labels)
-        tg = self.encode_targets(targets, grow=True)
+        tg = self.learned_targets(self.encode_targets(targets, grow=True))
+        if self.task == "regression" and not tg.mask.any():  # nothing to learn yet: the head stays untrained
+            return {"n_docs": int(Z.shape[0]), "n_labelled": 0, "n_labels": self.n_labels, "new_labels": [],
+                    "sweeps": 0, "retained": 0}
         self.begin_batch(batch_key, decay)
         rows = tg.labelled
         Zl = np.ascontiguousarray(Z[rows])
@@ -678,6 +681,19 @@ class SupervisedHead:
         return {"n_docs": int(Z.shape[0]), "n_labelled": int(Zl.shape[0]), "n_labels": L,
                 "new_labels": self.labels.labels[n_before:], "sweeps": n_sweeps, "retained": kept}
 
+    def learned_targets(self, tg: Targets) -> Targets:
+        """Targets as the head learns them: for regression, responses clipped to
+        ``ScaleStats.response_range`` (a stray response cannot carry the weights off), and none
+        before the head has seen the few responses that range needs. Call after ``calibrate``."""
+        if self.task != "regression":
+            return tg
+        rng = self.scale_stats.response_range()
+        if rng is None:
+            return Targets(tg.y, np.zeros_like(tg.mask))
+        if np.isinf(rng[0]) and np.isinf(rng[1]):
+            return tg
+        return Targets(np.clip(tg.y, rng[0], rng[1]), tg.mask)
+
     # ------------------------------------------------------------------ prediction
     def scores(self, zbar) -> np.ndarray:
         """Per-label scores eta_mean_y^T zbar_d, shape (D, n_labels) (regression: the prediction)."""
@@ -702,6 +718,7 @@ class SupervisedHead:
         """Mean-field (rho, kappa), shapes (D, L): ``coefficients.expected_coefficients`` with this
         head's loss and constants."""
         tg = targets if isinstance(targets, Targets) else self.encode_targets(targets, grow=False)
+        tg = self.learned_targets(tg)
         return expected_coefficients(self.loss, self.c, self.ell, self.epsilon, e_omega, e_omega_sq, tg.y, tg.mask)
 
     # ------------------------------------------------------------------ snapshots

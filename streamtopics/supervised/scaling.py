@@ -46,6 +46,22 @@ EPS_REL = 1e-3               # regression eps in response standard deviations
 SAMPLE_CAP = 2048            # responses kept for the robust scale (thinned evenly beyond)
 MAD_TO_SD = 1.4826           # sd of a normal distribution per median absolute deviation
 TRIM = 0.01                  # share cut from each end for the fallback scale (MAD = 0: ties)
+# Responses as the regression head learns them (``ScaleStats.response_range``): clipped to Tukey's
+# far-out fences, the quartiles -/+ FENCE x the interquartile range. A normal response passes
+# them with probability 1 - 2e-6 (4.7 sd), a Laplace one with 0.992, a lognormal (sigma = 1) one
+# with 0.967 (it enters at the fence, 6.3 x the median, not dropped); a stray 1e6 among responses
+# near 3 enters at the fence instead of carrying the weights off for several batches. The fences
+# use the spread of the middle half, not the MAD, so a response with several modes (a class
+# index, ratings) is not cut at its main mode. The head learns no response before
+# MIN_RESPONSES were seen: a sample quartile of n responses has a standard error of 1.36 sd /
+# sqrt(n) (normal), so at 16 the IQR is known to about +-35 % and one stray is 6 % of them
+# (the IQR survives strays below a quarter). On R8 with the label index as response, a stray
+# 1e6 as the first of 1, 3 or 6 responses took the next batches' R^2 to -1e12 / -4e4 / -960 and
+# recovered after 3-5 batches; held and clipped, the stream predicts as the clean one
+# (docs/supervised.md §7).
+MIN_RESPONSES = 16
+FENCE = 3.0
+IQR_PER_SD = 1.349           # interquartile range of a normal distribution per sd
 
 
 @dataclass
@@ -108,6 +124,25 @@ class ScaleStats:
         if not sd > 1e-9 * rms:  # constant (relative: a response in units of 1e-15 is not constant)
             sd = rms if rms > 0.0 else 1.0
         return sd, max(rms, sd)
+
+    def response_range(self) -> tuple[float, float] | None:
+        """(low, high) the regression head clips the responses it learns to (the fences above,
+        over the sample of the responses seen); None before ``MIN_RESPONSES``: learn none yet.
+        (-inf, inf) when no response was measured (explicit constants: the head does not
+        calibrate) or the state predates the sample. Where ties make the IQR zero, the IQR of
+        the responses off the tied value gives the width (or the fallback sd of
+        ``response_moments`` when fewer than 4 are)."""
+        if self.n_resp == 0 or (self.sample.size == 0 and self.n_resp >= MIN_RESPONSES):
+            return -math.inf, math.inf
+        if self.n_resp < MIN_RESPONSES or self.sample.size < 2:
+            return None
+        q1, q3 = np.percentile(self.sample, [25.0, 75.0])
+        width = float(q3 - q1)
+        if not width > 0:  # ties: the spread of the responses off the tied value (a rating's rarer ones)
+            off = self.sample[self.sample != q1]
+            a, b = np.percentile(off, [25.0, 75.0]) if off.size >= 4 else (0.0, 0.0)
+            width = max(float(b - a), IQR_PER_SD * self.response_moments()[0])
+        return float(q1) - FENCE * width, float(q3) + FENCE * width
 
     def state(self) -> list:
         return [self.n_docs, self.sum_len, self.n_resp, self.sum_y, self.sum_y2, self.stride,
