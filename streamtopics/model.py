@@ -295,9 +295,8 @@ class TopicModel:
         if labels is not None:
             targets = head.encode_targets(labels, grow=True)
             head.calibrate(doc_lengths(batch), targets)  # self-scaling constants see this batch first
-            if sup_local:  # the targets as the head learns them (a stray response clipped)
-                result = self.local_step.infer(self.state, batch, summarize=True, head=head,
-                                               targets=head.learned_targets(targets))
+            if sup_local:  # targets as the head learns them (``learned_targets``: a stray response clipped)
+                result = self.local_step.infer(self.state, batch, head=head, targets=head.learned_targets(targets))
         return result, pre, feats, scores, predicted
 
     def feature_counts(self, batch: Batch, pre=None) -> np.ndarray:
