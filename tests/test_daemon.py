@@ -143,6 +143,19 @@ def _running(cfg: Config):
         assert not t.is_alive(), "daemon did not stop within 60 s"
 
 
+@contextmanager
+def _own_broker(tmp_path: Path):
+    """A broker of its own (the test stops, freezes or restarts it) and a daemon config on it with
+    the topics "docs", "preds", "dlq", created by the daemon: yields (broker, config)."""
+    b = EmbeddedBroker()
+    try:
+        b.start()
+        topics = {"input": "docs", "output": "preds", "dead_letter": "dlq"}
+        yield b, _cfg(b.bootstrap, topics, tmp_path / "snaps", kafka={"create_topics": True})
+    finally:
+        b.cleanup()
+
+
 def _consumed(d: Daemon, topic: str, n: int) -> bool:
     return d.status().get("offsets", {}).get(f"{topic}:0", -1) >= n
 
@@ -427,11 +440,7 @@ def test_snapshot_disk_errors_are_counted_and_the_daemon_keeps_running(broker, f
 def test_broker_loss_shows_in_metrics_and_the_daemon_recovers(tmp_path):
     """tansu restarted (memory storage: topics, data, group offsets gone). The daemon must
     report broker_up 0 and not ready, keep retrying, then rewind to the new log and go on."""
-    b = EmbeddedBroker()
-    try:
-        b.start()
-        topics = {"input": "docs", "output": "preds", "dead_letter": "dlq"}
-        cfg = _cfg(b.bootstrap, topics, tmp_path / "snaps", kafka={"create_topics": True})
+    with _own_broker(tmp_path) as (b, cfg):
         with _running(cfg) as d:
             _produce(b.bootstrap, "docs", [msgpack.packb(x) for x in _docs(100)])
             _wait(lambda: _consumed(d, "docs", 100), 60, "documents before the loss")
@@ -449,8 +458,6 @@ def test_broker_loss_shows_in_metrics_and_the_daemon_recovers(tmp_path):
         preds = {decode_prediction(r.value)["id"] for r in _read_all(b.bootstrap, "preds", want=60)}
         assert preds == {x["id"] for x in _docs(60, 100)}
         assert load_snapshot(d.last_snapshot).state.docs_seen == 160
-    finally:
-        b.cleanup()
 
 
 def test_a_hung_broker_shows_as_down_within_the_session_timeout_not_the_request_timeout(tmp_path):
@@ -461,11 +468,7 @@ def test_a_hung_broker_shows_as_down_within_the_session_timeout_not_the_request_
     import os
     import signal
 
-    b = EmbeddedBroker()
-    try:
-        b.start()
-        topics = {"input": "docs", "output": "preds", "dead_letter": "dlq"}
-        cfg = _cfg(b.bootstrap, topics, tmp_path / "snaps", kafka={"create_topics": True})
+    with _own_broker(tmp_path) as (b, cfg):
         with _running(cfg) as d:
             _produce(b.bootstrap, "docs", [msgpack.packb(x) for x in _docs(50)])
             _wait(lambda: _consumed(d, "docs", 50), 60, "documents before the freeze")
@@ -481,8 +484,6 @@ def test_a_hung_broker_shows_as_down_within_the_session_timeout_not_the_request_
             _wait(lambda: _get(d.metrics_url + "/readyz")[0] == 200, 60, "ready once the broker answers")
             _produce(b.bootstrap, "docs", [msgpack.packb(x) for x in _docs(30, 50)])
             _wait(lambda: _consumed(d, "docs", 80), 60, "documents after the freeze")
-    finally:
-        b.cleanup()
 
 
 def test_daemon_started_before_the_broker_waits_for_it(tmp_path):

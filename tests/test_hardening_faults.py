@@ -22,6 +22,7 @@ from streamtopics.testing.broker import EmbeddedBroker, create_topics
 from streamtopics.stream.codec import decode_dead_letter, decode_prediction
 
 from test_daemon import (  # noqa: E402 - the daemon tests' helpers
+    _own_broker,
     _cfg,
     _cfg_dict,
     _consumed,
@@ -214,11 +215,7 @@ def test_topic_recreated_while_the_daemon_was_down_is_read_from_its_beginning(tm
     """The broker lost everything while the daemon was stopped, and the new log has grown past
     the saved offset (100 < 150): the offset is in range, so only the topic id (KIP-516) tells
     that it belongs to another log. Without the check the first 100 new documents are skipped."""
-    b = EmbeddedBroker()
-    try:
-        b.start()
-        topics = {"input": "docs", "output": "preds", "dead_letter": "dlq"}
-        cfg = _cfg(b.bootstrap, topics, tmp_path / "snaps", kafka={"create_topics": True})
+    with _own_broker(tmp_path) as (b, cfg):
         with _running(cfg) as d:
             _produce(b.bootstrap, "docs", [msgpack.packb(x) for x in _docs(100)])
             _wait(lambda: _consumed(d, "docs", 100), 60, "first documents")
@@ -237,8 +234,6 @@ def test_topic_recreated_while_the_daemon_was_down_is_read_from_its_beginning(tm
         assert m.snapshot_info["extra"]["daemon"]["epochs"] == {"docs:0": 1}
         preds = {decode_prediction(r.value)["id"] for r in _read_all(b.bootstrap, "preds", want=150)}
         assert preds == {x["id"] for x in new}
-    finally:
-        b.cleanup()
 
 
 def test_sigterm_with_the_broker_away_and_predictions_unacknowledged_skips_the_final_snapshot_and_exits_1(
