@@ -95,6 +95,21 @@ def log_start(cfg: Config, instance: str, metrics_url: str | None) -> None:
         log.warning("configuration: %s", line)
 
 
+def untrained_takes_config(model: TopicModel, ledger, path: Path, m) -> tuple:
+    """A snapshot whose model learned nothing (a replica that applied only claims, a daemon stopped
+    before its first batch) does not keep its [model] settings over the configuration's, as a
+    trained one does: the configured model takes its place, with the snapshot's offsets and what
+    it says of the update log. (Fleet audit: a replica refused for another n_topics and then given
+    the log's stayed refused, its empty snapshot's settings kept.)"""
+    if model.state.docs_seen > 0 or not param_differences(model, m):
+        return model, ledger, path
+    fresh = model_from_config(m)
+    fresh.snapshot_info = model.snapshot_info
+    log.info("the snapshot's model learned nothing; the [model] settings are used instead of its own",
+             extra={"path": str(path), "differences": sorted(param_differences(model, m))})
+    return fresh, ledger, path
+
+
 class Daemon:
     """The composition: a Kafka session, a partition book, a batch processor, a checkpointer
     and telemetry around one model; ``run()`` is the loop. See the module docstring."""
@@ -259,7 +274,7 @@ class Daemon:
             self.model = model_from_config(cfg.model)
             self.book.adopt(OffsetLedger())
         else:
-            self._adopt(*found)
+            self._adopt(*untrained_takes_config(*found, cfg.model))
         self.telemetry.on_model(self.model)
         self.hooks.point("model_loaded")
         self._started.set()  # the metrics endpoint answers and the model is loaded

@@ -401,6 +401,13 @@ def test_a_replica_with_other_model_settings_refuses_to_join_the_log(broker, fre
         _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in _docs(64, offset=n)])
         _wait(lambda: _learned(d) >= n + 64, 60, "the log's replica goes on")
         assert d.error is None and digest(d.model) != before and d.replica.foreign == 0
+        # given the log's settings, it joins (whatever an untrained snapshot of its own says)
+        with _running(_cfg(broker.bootstrap, topics, tmp_path / "odd",
+                           replication={"enabled": True, "updates_topic": updates, "replica_id": "odd"},
+                           kafka={"group_id": cfg.kafka.group_id})) as fixed:
+            _wait(lambda: fixed.replica is not None and fixed.replica.offset >= d.replica.offset
+                  and fixed.model is fixed.replica.model, 60, "the fixed replica joined")
+            assert fixed.error is None and fixed.model.n_topics == d.model.n_topics
 
 
 def test_an_update_log_lost_with_the_broker_stops_the_replica_and_its_restart_rebases_the_new_log(tmp_path):

@@ -101,3 +101,21 @@ def test_a_new_model_killed_after_its_first_snapshot_learns_every_partition_not_
         _wait(lambda: docs_seen(b2) >= n, 120, "model B learned every partition")
         positions = b2.book.ledger.positions()
     assert docs_seen(b2) == n and sorted(positions.values()) == [100] * 4, positions
+
+
+def test_an_untrained_snapshot_does_not_pin_its_settings_over_the_config(tmp_path):
+    """A snapshot whose model learned nothing (a replica refused after applying claims only, a daemon
+    stopped before its first batch) gives way to the [model] settings; a trained one keeps its own."""
+    from streamtopics import TopicModel
+    from streamtopics.config import Config
+    from streamtopics.daemon import untrained_takes_config
+    from streamtopics.service.ledger import OffsetLedger
+
+    m = Config.from_dict({"model": {"n_topics": 10}}, env={}).model
+    untrained = TopicModel(n_topics=7)
+    untrained.snapshot_info = {"extra": {"daemon": {"update_offset": 6}}}
+    model, ledger, _ = untrained_takes_config(untrained, OffsetLedger(), tmp_path / "s", m)
+    assert model.n_topics == 10 and model.snapshot_info["extra"]["daemon"]["update_offset"] == 6
+    trained = TopicModel(n_topics=7, seed=0)
+    trained.partial_fit(["alpha beta gamma delta", "beta gamma delta epsilon"] * 20)
+    assert untrained_takes_config(trained, OffsetLedger(), tmp_path / "s", m)[0] is trained

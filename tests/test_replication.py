@@ -588,3 +588,33 @@ def test_settings_travel_with_the_first_part_and_a_record_without_them_is_taken_
 def replace_settings(rec, settings):
     import dataclasses
     return dataclasses.replace(rec, settings=settings)
+
+
+def test_claims_carry_the_settings_so_an_idle_fleet_is_not_overruled_by_a_misconfigured_newcomer(corpus):
+    """Fleet audit: two replicas of 12 topics, idle (their claims only in the log), and an
+    8-topic newcomer whose batch reached the log first: the two were refused (the first batch
+    record decided the log's settings) and the newcomer learned the stream alone. Claims now
+    carry the settings and settle their writers: the newcomer is refused at the fleet's claims,
+    and its own claim and records are skipped by the fleet."""
+    from streamtopics.service.replication import ForeignSettings
+
+    train, _ = corpus
+    a, b = Replica(_model(), writer="a"), Replica(_model(), writer="b")
+    odd = Replica(TopicModel(n_topics=8, seed=3, threads=1), writer="odd")
+    log: list[list[bytes]] = [encode(a.claim("docs", 0, 0)), encode(b.claim("docs", 1, 0))]
+    for r in (a, b):
+        _apply_upto(r, log, len(log))
+        assert r.settled and r.model.state.docs_seen == 0
+    log.append(encode(odd.claim("docs", 1, 0)))  # published before it read the log
+    log.append(encode(odd.compute(train[:64], Source("docs", 1, 0, 64))[0]))
+    with pytest.raises(ForeignSettings, match="n_topics = 12 in the log, 8 here"):
+        _apply_upto(odd, log, len(log))
+    assert odd.offset == 0
+    for r in (a, b):
+        _apply_upto(r, log, len(log))
+        assert r.foreign == 2 and r.owners["docs:1"] == 1 and r.claimed("docs:1") == (r is b)
+    log.append(encode(b.compute(train[:64], Source("docs", 1, 0, 64))[0]))  # the partition's owner learns it
+    for r in (a, b):
+        _apply_upto(r, log, len(log))
+        assert r.model.state.docs_seen == 64
+    assert digest(a.model) == digest(b.model)

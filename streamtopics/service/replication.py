@@ -546,10 +546,11 @@ class Replica:
         self.fenced = 0                    # records skipped because a later claim took their partition
         self.foreign = 0                   # records skipped because they were computed under other settings
         self.settings = model_settings(model)
-        # A replica whose model came from the log (a snapshot at an update offset, with documents
-        # learned), or that applied a record of its own settings, holds the log's settings: a record
-        # of other settings met later is a misconfigured replica's, skipped. Before that, such a
-        # record means this replica is the one that differs (``ForeignSettings``).
+        # A replica whose model learned from the log (a snapshot at an update offset, with
+        # documents), or that applied a record of its own settings (a claim included: an idle
+        # fleet's log holds only claims), holds the log's settings: a record of other settings met
+        # later is a misconfigured replica's, skipped. Before that, such a record means this
+        # replica is the one that differs (``ForeignSettings``).
         self.settled = self.offset > 0 and model.state.docs_seen > 0
         # offsets of skipped records that no learned range covers (a zombie's batch cut
         # otherwise than its successor's): not learned from that record; see docs/scale-out.md
@@ -657,7 +658,7 @@ class Replica:
         (it computes nothing for the partition until the claim is applied: ``claimed``). A claim
         in a later epoch moves every replica's ledger to it, with ``topic_id`` (the topic's now)."""
         return UpdateRecord(source=Source(topic, int(partition), 0, 0, int(epoch), topic_id), base=self.offset,
-                            kind="claim", writer=self.writer)
+                            kind="claim", writer=self.writer, settings=self.settings)
 
     def claimed(self, key: str) -> bool:
         """Whether this incarnation's latest claim of ``key`` has been applied and still stands."""
@@ -671,6 +672,9 @@ class Replica:
             return False  # replayed from before our snapshot: already in the model
         self.offset = offset + 1
         self._unborn.pop(rec.rid, None)
+        if self._foreign(rec, offset):  # before anything changes (a claim's settings count too: fleets start idle)
+            return False
+        self.settled = True
         src = rec.source
         key = src.key
         while self.ledger.epoch(key) < src.epoch:  # a new log of the partition: its topic id, if known
@@ -696,9 +700,6 @@ class Replica:
             if self.ledger.epoch(key) == src.epoch:
                 self._note_partial(src, offset)
             return False
-        if self._foreign(rec, offset):
-            return False
-        self.settled = True
         model = self.model
         problem = self._unacceptable(rec)
         if problem is None:
