@@ -18,6 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_daemon import _cfg, _docs, _get, _read_all, _running, _wait  # noqa: E402
 
+from streamtopics import load_snapshot  # noqa: E402
 from streamtopics.daemon import Daemon  # noqa: E402
 from streamtopics.service.replication import digest  # noqa: E402
 
@@ -534,10 +535,18 @@ def test_a_running_replica_stops_for_the_first_rebase_of_its_log_and_adopts_it_a
     with _running(cfg) as d:
         _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in _docs(n)])
         _wait(lambda: _learned(d) >= n, 120, "the documents learned")
-        at = _produce(broker.bootstrap, updates, encode_rebase(path.read_bytes(), "z", 99, 900000))[-1]
+        # in parts, followed by another message (the rebasing replica's claims come right after it)
+        parts = encode_rebase(path.read_bytes(), "z", 99, 8000)  # 64 KiB parts at least
+        assert len(parts) >= 2
+        offsets = _produce(broker.bootstrap, updates, parts + [b"not an update record"])
+        first, at = offsets[0], offsets[len(parts) - 1]
         _wait(lambda: d.error is not None, 30, "the replica to stop for the rebase")
         assert isinstance(d.error, UpdateLogRebased), repr(d.error)
-        assert d.replica.offset == at and _learned(d) == n  # not applied while running
+    # nothing past it applied, not even at the stop's catch-up; the final snapshot leads the
+    # restart to the rebase's first part (fleet audit: it began past it and diverged for good)
+    assert d.replica.offset == at and _learned(d) == n
+    saved = load_snapshot(d.last_snapshot).snapshot_info["extra"]["daemon"]
+    assert saved["update_offset"] == at and saved["read_from"] == first and saved["rebase_offset"] is None
     with _running(cfg) as d:
         _wait(lambda: d.replicas.rebase_offset == at and d.replica.offset > at, 60, "the rebase adopted")
         assert d.model.n_topics == 5  # the base's model (the config's has more topics)

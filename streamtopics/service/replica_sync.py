@@ -128,6 +128,7 @@ class ReplicaSync:
         self.ahead: str | None = None  # a record of a newer wire format was met here: nothing more is applied
         self.lost: str | None = None  # the log was found reset (``UpdateLogReset``): nothing more is applied
         self.foreign: str | None = None  # the log's model has other settings (``ForeignUpdateLog``): likewise
+        self.rebased: str | None = None  # a running replica met the log's first rebase (``UpdateLogRebased``): likewise
         # ``on_rebase(rebase, offset)``: a whole rebase message in the log (``ReplicaMode._on_rebase``);
         # ``awaiting_rebase``: this replica published one into a new log and skips all before the first
         self.on_rebase = None
@@ -267,21 +268,30 @@ class ReplicaSync:
                                  f"docs/scale-out.md, 'When the update log is lost', says how to go on")
         if self.foreign is not None:
             raise ForeignUpdateLog(self.foreign)
+        if self.rebased is not None:  # nothing past it: the restart reads the rebase whole and adopts it
+            raise UpdateLogRebased(self.rebased)
         if item.truncated:
             raise UpdateLogTruncated(f"update log {self.tp.topic!r}: {item.error}; this replica's model is at "
                                      f"update offset {self.replica.offset}", self._reader.truncated or item.offset)
         if item.offset < self.replica.offset:
             return 0
-        self.last_applied = (item.offset, item.crc)
+        last, self.last_applied = self.last_applied, (item.offset, item.crc)
         if item.newer or self.ahead is not None:
             self.ahead = self.ahead or f"update log offset {item.offset}: {item.error}"
             raise NewerUpdateFormat(f"{self.ahead}; upgrade this replica (nothing from that offset on is applied, "
                                     f"so its model stays where every replica of this release is)")
         if item.rebase is not None:
-            self.open_parts.pop(item.rebase.rid, None)
             if self.on_rebase is None:
                 raise UpdateLogReset(f"a rebase at update log offset {item.offset}, and no way to adopt it here")
-            self.on_rebase(item.rebase, item.offset)  # moves the offset on (or raises: adopted at start)
+            try:
+                self.on_rebase(item.rebase, item.offset)  # moves the offset on (or raises: adopted at start)
+            except UpdateLogRebased as exc:
+                # The snapshot taken at the stop must lead the restart to the rebase's first part:
+                # its parts stay open, and the message is not counted as read (fleet audit: the
+                # restart began past it and applied the next records to the old model).
+                self.rebased, self.last_applied = str(exc), last
+                raise
+            self.open_parts.pop(item.rebase.rid, None)
             return 1
         if self.awaiting_rebase:  # a lost log's new one: what precedes the first rebase is not ours to apply
             if item.part_of is not None:
