@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -409,6 +410,45 @@ def test_a_replica_with_other_model_settings_refuses_to_join_the_log(broker, fre
             _wait(lambda: fixed.replica is not None and fixed.replica.offset >= d.replica.offset
                   and fixed.model is fixed.replica.model, 60, "the fixed replica joined")
             assert fixed.error is None and fixed.model.n_topics == d.model.n_topics
+
+
+def test_a_snapshot_of_another_fleet_is_refused_not_offered_as_the_base_of_a_healthy_log(broker, fresh_topic,
+                                                                                        tmp_path):
+    """Fleet audit: a snapshot directory copied from another fleet met this fleet's update log as
+    'the log lost' (another topic id) and published a rebase into it: every replica of the healthy
+    fleet stopped for it and would have restarted into the other fleet's model. A snapshot of
+    another consumer group or input topic is now refused (exit 2), nothing published."""
+    import shutil
+
+    from test_daemon import _produce  # noqa: E402
+
+    from streamtopics.service.checkpoint import StartRefused
+
+    n = 2 * 64
+    other_topics, other_updates, other_cfg = _one_replica(broker, fresh_topic, tmp_path / "other")
+    with _running(other_cfg) as x:
+        _produce(broker.bootstrap, other_topics["input"], [msgpack.packb(v) for v in _docs(n)])
+        _wait(lambda: _learned(x) >= n, 120, "the other fleet learned")
+    topics, updates, cfg = _one_replica(broker, fresh_topic, tmp_path)
+    with _running(cfg) as a:
+        _produce(broker.bootstrap, topics["input"], [msgpack.packb(v) for v in _docs(n, offset=n)])
+        _wait(lambda: _learned(a) >= n, 120, "this fleet learned")
+        shutil.copytree(tmp_path / "other" / "a", tmp_path / "c", ignore=shutil.ignore_patterns(".streamtopics.lock"))
+        c = Daemon(_cfg(broker.bootstrap, topics, tmp_path / "c", batch={"max_docs": 64},
+                        kafka={"group_id": cfg.kafka.group_id},
+                        replication={"enabled": True, "updates_topic": updates, "replica_id": "c"}))
+        rc = []
+        t = threading.Thread(target=lambda: rc.append(c.run()), daemon=True)
+        t.start()
+        t.join(60)
+        if t.is_alive():  # it joined (and rebased the log, before the fix): stop it, then fail
+            c.stop()
+            t.join(60)
+        assert rc == [2] and isinstance(c.error, StartRefused), (rc, c.error)
+        assert "another deployment" in str(c.error) and other_topics["input"] in str(c.error), str(c.error)
+        end = a.sync.end_offset()
+        time.sleep(1.0)
+        assert a.error is None and a.replicas.rebase_offset is None and a.sync.end_offset() == end
 
 
 def test_an_update_log_lost_with_the_broker_stops_the_replica_and_its_restart_rebases_the_new_log(tmp_path):

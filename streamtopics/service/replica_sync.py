@@ -467,8 +467,24 @@ class ReplicaMode:
             try:
                 self.sync.verify()
             except UpdateLogReset as exc:
+                self._refuse_foreign_snapshot(saved, exc)
                 self._publish_rebase(str(exc))
         return self.sync.catch_up(timeout_s=600.0)
+
+    def _refuse_foreign_snapshot(self, saved: dict, exc: UpdateLogReset) -> None:
+        """A snapshot of another deployment (another consumer group or input topic) finds "the log
+        lost" only because it is another log: offering it as the base would replace the model of a
+        healthy fleet (fleet audit: a directory copied from another fleet did, and every replica
+        stopped for it). Refuse to start instead."""
+        k, t = self.cfg.kafka, self.cfg.topics
+        theirs = {"group_id": saved.get("group_id"), "input": saved.get("input")}
+        ours = {"group_id": k.group_id, "input": t.input}
+        differ = {name: (theirs[name], ours[name]) for name in ours if theirs[name] not in (None, ours[name])}
+        if differ:
+            shown = ", ".join(f"{name} {a!r} (this replica: {b!r})" for name, (a, b) in differ.items())
+            raise StartRefused(f"{exc}: the snapshot in {self.checkpoints.store.dir} was written by another "
+                               f"deployment ({shown}); it is not a base for this update log. Start this replica "
+                               f"with an empty snapshot directory (or the shipped snapshots of this one)") from exc
 
     def _from_shipped(self, exc: UpdateLogTruncated) -> int:
         """Retention deleted records after this replica's snapshot: go on from the newest snapshot
