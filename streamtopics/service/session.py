@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from ..config import Config, compression_kwargs
-from ..stream.consumer import BatchingConsumer
+from ..stream.consumer import BatchingConsumer, heartbeats_unanswered
 from ..stream.producer import PublishPipeline, Publisher
 
 __all__ = ["KafkaSession", "ensure_topics", "log_reader_kwargs", "log_writer_kwargs", "reachable"]
@@ -251,8 +251,8 @@ class KafkaSession:
         broker was fine."""
         if self.publisher is None or not self.publisher.healthy or self.consumer is None:
             return False
-        if self.consumer.connected():
-            return True
+        if self.consumer.connected():  # and answering: a hung broker keeps its connections
+            return not heartbeats_unanswered(self.consumer)
         now = time.monotonic() if now is None else now
         return self.telemetry.broker_up and now - self._rebuilt_at < REBUILT_GRACE_S
 

@@ -270,14 +270,17 @@ class ConnectionWatch:
 
 
 def heartbeats_unanswered(consumer) -> bool:
-    """A member of a stable group whose heartbeats have gone unanswered for a session timeout:
-    the broker holds the connection but does not answer (hung, SIGSTOPped, overloaded). Measured
+    """``consumer`` (a KafkaConsumer or a BatchingConsumer) is a member of a stable group whose
+    heartbeats have gone unanswered for a session timeout: the broker holds the connection but
+    does not answer (hung, SIGSTOPped, overloaded). Only what ``broker_up`` reports, not
+    ``connected()``: a broker restarted without its data leaves a stable-looking member with
+    unanswered heartbeats too, and the daemon must go on re-creating its topics then. Measured
     with tansu SIGSTOPped: the connections stay "connected" until the request timeout (30 s)
     closes them, while heartbeats stop being answered at once; the broker counts as down from
     ``session_timeout_ms`` (10 s) on instead. Not during a rebalance (no heartbeats are sent while
     joining, which may take long with slow members); False when the internals are absent."""
-    try:  # kafka-python 3 internals
-        co = consumer._coordinator
+    try:  # kafka-python 3 internals; a BatchingConsumer's own client
+        co = getattr(consumer, "_consumer", consumer)._coordinator
         return bool(co.stable()) and bool(co.heartbeat.session_timeout_expired())
     except AttributeError:
         return False
@@ -486,7 +489,7 @@ class BatchingConsumer:
             conns = c._client._manager._conns
         except AttributeError:
             return True
-        return any(getattr(conn, "connected", False) for conn in list(conns.values())) and not heartbeats_unanswered(c)
+        return any(getattr(conn, "connected", False) for conn in list(conns.values()))
 
     def topic_id(self, topic: str) -> str | None:
         """The broker's id of ``topic`` (KIP-516, metadata v10+), or None when unknown."""
