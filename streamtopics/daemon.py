@@ -101,12 +101,13 @@ def untrained_takes_config(model: TopicModel, ledger, path: Path, m) -> tuple:
     trained one does: the configured model takes its place, with the snapshot's offsets and what
     it says of the update log. (Fleet audit: a replica refused for another n_topics and then given
     the log's stayed refused, its empty snapshot's settings kept.)"""
-    if model.state.docs_seen > 0 or not param_differences(model, m):
+    differences = param_differences(model, m) if model.state.docs_seen == 0 else {}
+    if not differences:
         return model, ledger, path
     fresh = model_from_config(m)
     fresh.snapshot_info = model.snapshot_info
     log.info("the snapshot's model learned nothing; the [model] settings are used instead of its own",
-             extra={"path": str(path), "differences": sorted(param_differences(model, m))})
+             extra={"path": str(path), "differences": sorted(differences)})
     return fresh, ledger, path
 
 
