@@ -597,6 +597,31 @@ def initial_alpha(alpha, n_topics: int, flat_default: bool) -> tuple[float, bool
     return (SUPERVISED_ALPHA if alpha is None else float(alpha)), False
 
 
+def equivalent_settings(params: dict) -> dict:
+    """``params`` (``get_params``, or a snapshot's or an update record's copy) with each setting whose
+    None stands for a value fixed by the other settings spelled as that value, so that two spellings of
+    one model compare equal: beta None is 1/K; alpha None is "auto" (learned from 1/K) or
+    ``SUPERVISED_ALPHA`` (fixed), as ``initial_alpha`` decides; table_draws None is max(K, 256). Numbers
+    compare as floats (1 and 1.0 alike), tuples as lists. A None whose value depends on the data (sup_c, sup_ell, ...) is
+    left as it is."""
+    p = {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}  # as msgpack carries them
+    K = p.get("n_topics")
+    if not is_integer(K) or K < 1:
+        return p
+    if "beta" in p:
+        p["beta"] = 1.0 / K if p["beta"] is None else _as_float(p["beta"])
+    if "alpha" in p:
+        flat = p.get("supervision") is not None and p.get("engine") == "lsparse"
+        p["alpha"] = (SUPERVISED_ALPHA if flat else "auto") if p["alpha"] is None else _as_float(p["alpha"])
+    if p.get("table_draws", 0) is None:
+        p["table_draws"] = max(int(K), 256)
+    return p
+
+
+def _as_float(v):
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+
 def learned_alpha(update, state, doc_topic: np.ndarray, n_docs: int) -> float:
     """alpha after this batch's (``n_docs`` documents) Newton step, on the stochastic schedule (the
     defaults' under a memoized update)."""

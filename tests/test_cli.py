@@ -60,6 +60,9 @@ def test_check_config_names_what_a_kept_snapshot_model_differs_in(tmp_path, caps
     path.write_text(f'[model]\nn_topics = 6\n[snapshot]\ndir = "{snaps}"\n')
     assert main(["check-config", str(path)]) == 0
     assert "snapshot.dir holds a model" not in capsys.readouterr().out  # the same settings
+    path.write_text(f'[model]\nn_topics = 6\nbeta = {1 / 6!r}\n[snapshot]\ndir = "{snaps}"\n')
+    assert main(["check-config", str(path)]) == 0
+    assert "snapshot.dir holds a model" not in capsys.readouterr().out  # beta 1/K is what None means
     path.write_text(f'[model]\nn_topics = 8\nsupervision = "hinge"\n[snapshot]\ndir = "{snaps}"\n')
     assert main(["check-config", str(path)]) == 0
     out = capsys.readouterr().out

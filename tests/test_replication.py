@@ -565,6 +565,35 @@ def test_a_replica_of_other_settings_stops_at_join_and_the_logs_replicas_skip_it
     assert late.foreign == 1 and digest(late.model) == digest(a.model)
 
 
+def test_spellings_of_one_setting_agree_and_other_values_do_not(corpus):
+    """Fleet audit: ``beta = 0.05`` with K = 20 is what the default beta (None: 1/K) means, yet a
+    replica configured so was refused ("beta = None in the log, 0.05 here"). Settings compare by
+    value (``equivalent_settings``): beta 1/K, alpha "auto" for an unsupervised model (None is
+    learned from 1/K) and table_draws max(K, 256) join a log of the defaults and learn the same model;
+    another value is still refused."""
+    from streamtopics.service.replication import ForeignSettings, model_settings, settings_differences
+
+    train, _ = corpus
+    a = Replica(_model(), writer="a")
+    log = [encode(a.compute(toks, src)[0]) for src, toks in _batches(train[:192], partitions=1)]
+    _apply_upto(a, log, len(log))
+    same = Replica(_model(beta=1.0 / K, alpha="auto"), writer="same")
+    _apply_upto(same, log, len(log))
+    assert same.foreign == 0 and same.model.state.docs_seen == 192
+    assert digest(same.model) == digest(a.model)
+    with pytest.raises(ForeignSettings, match=r"beta = None in the log, 0.1 here"):
+        _apply_upto(Replica(_model(beta=0.1), writer="odd"), log, len(log))
+    with pytest.raises(ForeignSettings, match=r"alpha = None in the log, 0.08333"):
+        _apply_upto(Replica(_model(alpha=1.0 / K), writer="fixed"), log, len(log))  # fixed, not learned
+    ms = model_settings
+    assert settings_differences(ms(_model(supervision="hinge")), ms(_model(supervision="hinge", alpha=1))) == {}
+    assert set(settings_differences(ms(_model(supervision="hinge")), ms(_model(supervision="hinge", alpha="auto")))) \
+        == {"alpha"}  # a supervised variational model's None is a fixed 1, not learned
+    assert settings_differences(ms(_model(engine="alias")), ms(_model(engine="alias", table_draws=256))) == {}
+    assert set(settings_differences(ms(_model(engine="alias")), ms(_model(engine="alias", table_draws=300)))) \
+        == {"table_draws"}
+
+
 def test_settings_travel_with_the_first_part_and_a_record_without_them_is_taken_as_agreeing(corpus):
     from streamtopics.service.replication import model_settings
 

@@ -46,7 +46,7 @@ from ..batch_ops import doc_lengths, normalise_rows
 from ..births import births_for
 from ..features import training_counts
 from ..jit_cache import njit
-from ..model import local_step_stats, reading_ahead
+from ..model import equivalent_settings, local_step_stats, reading_ahead
 from ..summary import Summary, check_finite
 from ..updates import classifier_decay
 from ..supervised.targets import is_missing
@@ -206,10 +206,14 @@ def model_settings(model) -> dict:
 def settings_differences(theirs: dict | None, ours: dict) -> dict[str, tuple]:
     """Settings in which a record (``theirs``) and this replica's model (``ours``) differ:
     name -> (the record's, ours). Only names both know are compared (a release that added a
-    setting still reads the records of one that did not)."""
+    setting still reads the records of one that did not). Spellings of one value are alike
+    (``equivalent_settings``: beta None and 1/K, ...); the differences keep each side's spelling, and
+    a None that means another value only through another setting (beta None under another n_topics)
+    is left to that setting."""
     if theirs is None:
         return {}
-    return {k: (theirs[k], ours[k]) for k in sorted(set(theirs) & set(ours)) if theirs[k] != ours[k]}
+    a, b = equivalent_settings(theirs), equivalent_settings(ours)
+    return {k: (theirs[k], ours[k]) for k in sorted(set(theirs) & set(ours)) if a[k] != b[k] and theirs[k] != ours[k]}
 
 
 class ForeignSettings(ValueError):
