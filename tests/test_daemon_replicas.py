@@ -378,7 +378,7 @@ def test_a_record_of_a_newer_wire_format_stops_the_replica_with_the_reason(broke
 
 def test_a_replica_with_other_model_settings_refuses_to_join_the_log(broker, fresh_topic, tmp_path):
     """A replica configured with another number of topics than the log's model stops at join,
-    exit 2, naming the setting, before it claims or publishes anything (it used to skip the
+    exit 2, naming the setting, before it joins the consumer group, claims or publishes anything (it used to skip the
     others' records with an IndexError, stay ready, and have its own records applied into their
     models). The log's replica goes on unharmed."""
     from test_daemon import _produce  # noqa: E402
@@ -393,6 +393,9 @@ def test_a_replica_with_other_model_settings_refuses_to_join_the_log(broker, fre
         odd_cfg = _cfg(broker.bootstrap, topics, tmp_path / "odd", model={"n_topics": 7},
                        replication={"enabled": True, "updates_topic": updates, "replica_id": "odd"},
                        kafka={"group_id": cfg.kafka.group_id})
+        revoked: list[int] = []
+        on_revoked = d.telemetry.on_revoked
+        d.telemetry.on_revoked = lambda p: (revoked.append(p), on_revoked(p))
         odd = Daemon(odd_cfg)
         assert odd.run() == 2
         assert isinstance(odd.error, ForeignUpdateLog)
@@ -403,6 +406,9 @@ def test_a_replica_with_other_model_settings_refuses_to_join_the_log(broker, fre
         _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in _docs(64, offset=n)])
         _wait(lambda: _learned(d) >= n + 64, 60, "the log's replica goes on")
         assert d.error is None and digest(d.model) != before and d.replica.foreign == 0
+        # the odd replica refused at join, before its first poll: it never joined the consumer group,
+        # so the fleet did not rebalance for it (the group join happens in a consumer's polls)
+        assert revoked == []
         # given the log's settings, it joins (whatever an untrained snapshot of its own says)
         with _running(_cfg(broker.bootstrap, topics, tmp_path / "odd",
                            replication={"enabled": True, "updates_topic": updates, "replica_id": "odd"},
