@@ -540,6 +540,7 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
         values[sname][key] = (env[var], var)
 
     sections: dict[str, Any] = {}
+    model_errors = 0  # [model] values that did not pass their own check
     for sname, cls in _SECTIONS.items():
         kwargs: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
@@ -552,10 +553,14 @@ def _build(data: Mapping[str, Any], env: Mapping[str, str]) -> Config:
                 kwargs[f.name] = value
             else:
                 errors.append(err)
+                model_errors += sname == "model"
         sections[sname] = cls(**kwargs)  # invalid keys fall back to defaults so cross-checks still run
     cfg = Config(**sections)
     errors.extend(_cross_checks(cfg))
-    if not errors:  # rules of the option objects, and table fields of another kind
+    # Rules of the option objects, and table fields of another kind, once [model]'s own values are valid
+    # (a kind that fell back to its default would call the fields of the kind meant foreign), whatever
+    # the other sections' errors: check-config lists every problem at once.
+    if not model_errors:
         # a kind switched from the environment keeps the file's other fields without complaint
         env_kinds = {k for k in ("engine", "update", "supervision") if values["model"].get(k, (None, None))[1]}
         flat = sorted(flat_given - set(spelled))

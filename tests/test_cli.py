@@ -88,6 +88,12 @@ def test_check_config_errors_exit_2_with_one_line_each(tmp_path, capsys):
     assert "model.sup_c" in err and "model.supervision" not in err
     path.write_text('[model]\nsupervision = "hinge"\nsup_c = 16.0\n')
     assert main(["check-config", str(path)]) == 0
+    # every problem at once: a [model] table field of another kind is named beside another section's
+    # error (docs audit: it appeared only once the [kafka] error was fixed)
+    path.write_text('[kafka]\nbogus = 1\n[model.engine]\nkind = "lsparse"\nburn_in = 4\n')
+    assert main(["check-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key kafka.bogus" in err and "model.engine.burn_in does not apply" in err
 
 
 def test_entry_point_runs_as_a_module(tmp_path):

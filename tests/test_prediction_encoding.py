@@ -55,3 +55,14 @@ def test_batch_encoding_with_supervised_fields_is_byte_identical():
     for sup in cases:
         msgs = PredictionEncoder("out", "dlq", 1 << 20).encode([], ids, theta, 2, 5.0, sup, ["pos", "neg"])
         assert [m.value for m in msgs] == _one_by_one(ids, theta, 2, 5.0, sup, ["pos", "neg"], None)
+
+
+def test_a_document_of_no_known_word_gets_no_label_fields_whatever_the_classifier():
+    """Docs audit: with a multi-label classifier such a document still got ``"labels": []`` (the
+    codec's contract, kept by the multi-class and regression cases: no label/labels/scores). An
+    empty ``labels`` of a document the model knows words of is a prediction, and stays."""
+    scores = np.array([[0.2, -0.4], [np.nan, np.nan]])
+    for predicted in ([[], []], [["pos"], []]):
+        first, unknown = label_fields((scores, predicted), 2, ["pos", "neg"])
+        assert unknown == {} and first["labels"] == predicted[0] and set(first["scores"]) == {"pos", "neg"}
+    assert label_fields((scores, ["pos", None]), 2, ["pos", "neg"])[1] == {}

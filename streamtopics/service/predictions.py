@@ -79,14 +79,16 @@ def label_fields(sup: tuple | None, n: int, names: list) -> list[dict]:
     out = []
     for i in range(n):
         p = predicted[i]
+        known = scores is None or bool(np.isfinite(scores[i]).all())  # NaN scores: no word the model knew
         extra: dict[str, Any] = {}
-        if isinstance(p, (list, tuple)):  # multi-label
-            extra["labels"] = [str(x) for x in p]
+        if isinstance(p, (list, tuple)):  # multi-label; no word known: no "labels", as no "label" (codec.py)
+            if known:
+                extra["labels"] = [str(x) for x in p]
         elif isinstance(p, str):
             extra["label"] = p
         elif p is not None:
             extra["response"] = float(p)
-        if scores is not None and names and np.isfinite(scores[i]).all():  # NaN: no word the model knew
+        if scores is not None and names and known:
             extra["scores"] = dict(zip(names, scores[i].tolist()))
         out.append(extra)
     return out
