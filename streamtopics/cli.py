@@ -137,9 +137,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print("# effective configuration (secrets shown as ***):\n")
     print(_dump_toml(cfg.to_dict()), end="")
     lines = resolved(cfg.model)
-    if lines:
-        print("\n# left to the library, for this [model]:\n" + "\n".join(f"#   model.{line}" for line in lines))
     note = snapshot_note(cfg)
+    if lines:
+        kept = " (not what the daemon runs: it keeps the snapshot's model, below)" if note else ""
+        print(f"\n# left to the library, for this [model]{kept}:\n" + "\n".join(f"#   model.{line}" for line in lines))
     if note:
         print("\n" + "\n".join(f"# {line}" for line in note))
     return EXIT_OK
@@ -363,7 +364,14 @@ def _read_documents(args: argparse.Namespace) -> tuple[list[Any], int]:
                 _err(f"warning: {path}:{lineno}: not JSON ({exc.msg}); skipped")
                 skipped += 1
                 continue
-            out.append(obj)  # validated by the daemon: bad documents become dead letters
+            if not isinstance(obj, dict):  # 5, "text", null, [...]: not a document map
+                kind = {bool: "boolean", int: "number", float: "number", str: "string", list: "array"}.get(
+                    type(obj), "null")
+                _err(f"warning: {path}:{lineno}: a JSON {kind}, not a document map "
+                     '({"id": ..., "text": ...}); skipped')
+                skipped += 1
+                continue
+            out.append(obj)  # its fields are validated by the daemon: bad documents become dead letters
     return out, skipped
 
 

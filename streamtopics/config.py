@@ -863,7 +863,7 @@ def check_daemon_config(cfg: Config) -> list[str]:
         errs.append(f'config error: model.engine = "{cfg.model.engine}" is not available in this version '
                     f"(allowed: {', '.join(ENGINES)})")
     if cfg.replication.enabled and cfg.model.vocab_policy == "evict":
-        errs.append('config error: replication.enabled = true needs model.vocab_policy = "ignore" (an evicted '
+        errs.append('config error: replication.enabled = true needs [model.vocabulary] policy = "ignore" (an evicted '
                     "word's id is reused, so ids in the update log would name other words)")
     return errs
 

@@ -63,6 +63,18 @@ streamtopics_trending_topic                    gauge      direction (TREND_DIREC
 streamtopics_trending_topic_change             gauge      direction, rank
 streamtopics_topic_monitor_duration_seconds    histogram
 streamtopics_topic_events_total                counter
+streamtopics_messages_dropped_total            counter    topic (output, dead letters)
+streamtopics_update_log_offset                 gauge
+streamtopics_update_log_lag_records            gauge
+streamtopics_update_staleness_records          gauge
+streamtopics_update_log_waiting_seconds        gauge
+streamtopics_update_computed_behind_records    histogram
+streamtopics_update_apply_seconds              histogram
+streamtopics_updates_published_total           counter
+streamtopics_updates_applied_total             counter    result (applied, skipped, foreign)
+streamtopics_update_unlearned_offsets          gauge
+streamtopics_update_log_rebases_total          counter
+streamtopics_update_log_truncations_total      counter
 =============================================  =========  =====================
 """
 

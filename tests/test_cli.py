@@ -67,6 +67,7 @@ def test_check_config_names_what_a_kept_snapshot_model_differs_in(tmp_path, caps
     assert main(["check-config", str(path)]) == 0
     out = capsys.readouterr().out
     assert "# snapshot.dir holds a model (model-" in out and "that the daemon keeps over [model]" in out
+    assert "[model] (not what the daemon runs: it keeps the snapshot's model, below):" in out  # docs audit
     assert "#   n_topics: snapshot 6, [model] 8" in out and "#   supervision: snapshot None, [model] 'hinge'" in out
     assert tomllib.loads(out)["model"]["n_topics"] == 8  # still a TOML file (the note is comments)
 
@@ -197,7 +198,8 @@ def _count(bootstrap: str, topic: str, want: int) -> list[dict]:
 
 def test_produce_jsonl_text_and_corpus(broker, tmp_path, capsys):
     jl = tmp_path / "docs.jsonl"
-    jl.write_text('{"id": "a", "text": "wheat exports rose"}\nnot json\n\n{"id": 2, "tokens": ["oil", "price"]}\n')
+    jl.write_text('{"id": "a", "text": "wheat exports rose"}\nnot json\n\n{"id": 2, "tokens": ["oil", "price"]}\n'
+                  '5\n"just a string"\nnull\n[]\n')  # JSON, but no document maps: skipped too (docs audit)
     txt = tmp_path / "lines.txt"
     txt.write_text("first document here\n\nsecond document\n")
     topic = f"cli-{os.getpid()}-{time.monotonic_ns() % 10**9}"
@@ -206,7 +208,8 @@ def test_produce_jsonl_text_and_corpus(broker, tmp_path, capsys):
     assert main(["produce", "--bootstrap", broker.bootstrap, "--topic", topic, "--corpus", "r8",
                  "--limit", "25"]) == 0
     captured = capsys.readouterr()
-    assert "1 lines skipped" in captured.out and "not JSON" in captured.err
+    assert "5 lines skipped" in captured.out and "not JSON" in captured.err
+    assert "a JSON number, not a document map" in captured.err and "a JSON null" in captured.err
     got = _count(broker.bootstrap, topic, 2 + 2 + 25)
     assert len(got) == 29
     assert got[:4] == [{"id": "a", "text": "wheat exports rose"}, {"id": 2, "tokens": ["oil", "price"]},

@@ -110,6 +110,17 @@ def test_every_declared_metric_is_exposed():
         assert name.endswith("_total") == (kind == "counter"), name
 
 
+def test_the_module_table_lists_every_metric_with_its_type():
+    """The README sends operators to metrics.py's table; it had left out the replication metrics
+    and messages_dropped (docs audit)."""
+    import re
+
+    import streamtopics.metrics as module
+
+    table = dict(re.findall(r"^(streamtopics_\w+)\s+(counter|gauge|histogram|info)\b", module.__doc__, re.M))
+    assert table == dict(METRIC_NAMES)
+
+
 def test_snapshot_age_is_computed_at_scrape_time():
     m = Metrics()
     m.snapshot_succeeded(duration_s=0.5, at=1000.0)

@@ -102,7 +102,8 @@ over half of the limit the dead letter's own record goes without them too).
 - ``empty_document``     blank text, no tokens, or (set by the daemon) no
   token left after tokenization
 - ``bad_label``          ``label``/``labels`` of the wrong type or size, or both; or (set by
-  the daemon) several ``labels`` for a model whose classifier is multi-class
+  the daemon) several ``labels`` for a model whose classifier is multi-class, or a new label
+  past the classifier's cap (``max_labels``; the detail names it)
 - ``bad_response`` / ``bad_ts``       not a finite number / out of range
 - ``unknown_field``      a key outside the schema (the detail names it)
 
