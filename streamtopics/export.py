@@ -108,11 +108,12 @@ def classifier_json(model, top_topics: int = 3) -> dict[str, Any] | None:
     """The classifier of a supervised model (None without supervision): loss, task, the
     features it reads, labelled documents and updates seen, and per label (one entry for
     regression, named "response") the ``top_topics`` topics of largest posterior mean weight,
-    largest first, as [topic, weight]."""
+    largest first, as [topic, weight]. A regression weight is given with the response's offset
+    added: the response predicted for a document of that topic alone."""
     head = getattr(model, "head", None)
     if head is None:
         return None
-    eta = np.asarray(head.eta_mean, dtype=np.float64)[: head.n_labels]
+    eta = np.asarray(head.eta_mean, dtype=np.float64)[: head.n_labels] + head.response_offset
     names = list(head.labels.labels) if head.task != "regression" else ["response"] * eta.shape[0]
     labels = []
     for name, row in zip(names, eta):

@@ -177,7 +177,9 @@ def test_the_response_sample_is_even_deterministic_and_bounded():
     np.testing.assert_array_equal(a.sample, b.sample)
     assert a.response_moments() == b.response_moments()
     sd, rms = a.response_moments()
-    assert sd == pytest.approx(2.0, rel=0.1) and rms == pytest.approx(np.hypot(3.0, 2.0), rel=0.1)
+    # the rms of the responses as learned, less the offset: the median of the first 16 (however batched)
+    assert a.offset == b.offset == np.median(y[:16])
+    assert sd == pytest.approx(2.0, rel=0.1) and rms == pytest.approx(np.hypot(3.0 - a.offset, 2.0), rel=0.1)
     # ties: most responses one value (a rating); the MAD is 0, the trimmed sd is not
     ratings = np.r_[np.full(70, 5.0), np.full(20, 4.0), np.full(10, 1.0)]
     center, sd = robust_scale(ratings)

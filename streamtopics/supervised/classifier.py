@@ -563,7 +563,7 @@ class SupervisedHead:
         log psi_d = sum_y kappa_dy eta_y^T zbar_d - rho_dy (eta_y^T zbar_d)^2 / 2.
         """
         Z = self._zbar(zbar)
-        tg = targets if isinstance(targets, Targets) else self.encode_targets(targets, grow=True)
+        tg = self.learned_targets(targets if isinstance(targets, Targets) else self.encode_targets(targets, grow=True))
         if tg.y.shape != (Z.shape[0], self.n_labels):
             raise ValueError(f"targets encode {tg.y.shape}, expected ({Z.shape[0]}, {self.n_labels})")
         om = np.ascontiguousarray(Z @ self.eta.T)
@@ -683,21 +683,31 @@ class SupervisedHead:
 
     def learned_targets(self, tg: Targets) -> Targets:
         """Targets as the head learns them: for regression, responses clipped to
-        ``ScaleStats.response_range`` (a stray response cannot carry the weights off), and none
-        before the head has seen the few responses that range needs. Call after ``calibrate``."""
-        if self.task != "regression":
+        ``ScaleStats.response_range`` (a stray response cannot carry the weights off) and less the
+        response's offset (``response_offset``), and none before the head has seen the few
+        responses those need. Call after ``calibrate``; targets already learned pass as they are."""
+        if self.task != "regression" or tg.learned:
             return tg
         rng = self.scale_stats.response_range()
         if rng is None:
-            return Targets(tg.y, np.zeros_like(tg.mask))
-        if np.isinf(rng[0]) and np.isinf(rng[1]):
-            return tg
-        return Targets(np.clip(tg.y, rng[0], rng[1]), tg.mask)
+            return Targets(tg.y, np.zeros_like(tg.mask), learned=True)
+        y = tg.y if np.isinf(rng[0]) and np.isinf(rng[1]) else np.clip(tg.y, rng[0], rng[1])
+        return Targets(y - self.response_offset, tg.mask, learned=True)
+
+    @property
+    def response_offset(self) -> float:
+        """Regression: the location the weights are learned about, y = eta^T zbar + offset (the
+        median of the first responses, ``ScaleStats.offset``; docs/supervised.md §7). The prior
+        N(0, nu^2) holds each eta_k near 0, and zbar sums to one, so without it a response far
+        from 0 (a year, a price) put every weight near the mean and the topics' differences in
+        its last digits. 0 for the classifiers."""
+        return self.scale_stats.offset if self.task == "regression" else 0.0
 
     # ------------------------------------------------------------------ prediction
     def scores(self, zbar) -> np.ndarray:
-        """Per-label scores eta_mean_y^T zbar_d, shape (D, n_labels) (regression: the prediction)."""
-        return self._zbar(zbar) @ self.eta_mean.T
+        """Per-label scores eta_mean_y^T zbar_d, shape (D, n_labels) (regression: the prediction,
+        plus ``response_offset``)."""
+        return self._zbar(zbar) @ self.eta_mean.T + self.response_offset
 
     def predict(self, zbar) -> list:
         """multi-class: argmax label (None if no label is known yet); multi-label: the labels

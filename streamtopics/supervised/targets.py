@@ -15,10 +15,13 @@ MAX_RESPONSE = 1e100
 
 @dataclass(frozen=True)
 class Targets:
-    """Encoded targets of a batch: ``y`` (D, L) in {-1, +1} (or the response), ``mask`` (D, L)."""
+    """Encoded targets of a batch: ``y`` (D, L) in {-1, +1} (or the response), ``mask`` (D, L).
+    ``learned``: already as the head learns them (``SupervisedHead.learned_targets``: a regression
+    response clipped and less the head's offset), so that is not done twice."""
 
     y: np.ndarray
     mask: np.ndarray
+    learned: bool = False
 
     @property
     def labelled(self) -> np.ndarray:
