@@ -150,20 +150,32 @@ def test_dead_letter_raw_truncation_is_explicit():
 
 def test_dead_letter_record_fits_key_and_headers_into_the_budget():
     dl = DeadLetter("bad_id", "x", raw=b"r" * 5000, key=b"k" * 100, headers=[("h", b"v" * 99)])
-    value, key, headers = dead_letter_record(dl, ts=0.0, max_bytes=2000)   # 200 B twice + raw
+    value, key, headers = dead_letter_record(dl, ts=0.0, max_bytes=2000)   # 221 B (a header's framing: 21) twice + raw
     m = decode_dead_letter(value)
     assert key == b"k" * 100 and headers == [("h", b"v" * 99)] and m["key"] == key
-    assert len(m["raw"]) == 2000 - 400 and m["raw_size"] == 5000
+    assert len(m["raw"]) == 2000 - 442 and m["raw_size"] == 5000
     value, key, headers = dead_letter_record(dl, ts=0.0, max_bytes=600)    # on the record only
     m = decode_dead_letter(value)
     assert key == b"k" * 100 and "key" not in m and m["key_size"] == 100 and m["headers_size"] == 100
-    assert len(m["raw"]) == 400
+    assert len(m["raw"]) == 600 - 221
     value, key, headers = dead_letter_record(dl, ts=0.0, max_bytes=300)    # neither
     m = decode_dead_letter(value)
     assert key is None and headers is None and m["key_size"] == 100 and len(m["raw"]) == 300
     plain = DeadLetter("bad_id", "x", raw=b"r" * 10)
     value, key, headers = dead_letter_record(plain, ts=0.0, max_bytes=300)
     assert key is None and headers is None and decode_dead_letter(value)["raw"] == b"r" * 10
+
+
+def test_a_dead_letter_of_a_record_with_many_headers_stays_within_the_budget():
+    """Bad-input audit: the budget counted a header's key and value but not its framing (two
+    varints on the wire, an array with str and bin headers in the map), so a 2 MB bad value with
+    5,000 trace headers gave a dead letter 62 kB over the producer's limit, and it was dropped."""
+    for n, raw in ((5000, b"x" * 2_000_000), (3000, b"y" * 1_000_000), (300_000, b"z")):
+        hs = [("trace-id", b"0123456789abcdef")] * n if n < 10_000 else [("", b"")] * n
+        dl = DeadLetter("malformed_msgpack", "x", raw=raw, key=b"k" * 36, headers=hs)
+        value, key, headers = dead_letter_record(dl, ts=0.0, max_bytes=1_000_000)
+        on_wire = len(value) + len(key or b"") + sum(len(k) + len(v) + 10 for k, v in headers or ())
+        assert on_wire <= 1_000_000 + 200, (n, on_wire)  # the map's other fields: the caller's margin
 
 
 def test_dead_letter_rejects_unknown_reason_and_clips_detail():
@@ -191,6 +203,7 @@ def test_limits_validate():
         (pack(doc()) + b"\x00", "trailing"),
         (b"\xa2\xff\xfe", "UTF-8"),
         (pack({1: "x"}), "map keys must be strings"),
+        (pack({b"id": "a", "text": "x"}), "map keys must be strings"),  # bin keys too (was unknown_field)
         (b"\x91" * 5000 + b"\x01", "nested too deeply"),
         (b"", "empty"),
     ],
@@ -292,7 +305,7 @@ def test_empty_batch_and_too_many_documents():
         (doc(ts=False), "bad_ts", "bool"),
         (doc(colour="red"), "unknown_field", "'colour'"),
         (doc(**{"Text": "x"}), "unknown_field", "'Text'"),
-        ({b"id": 1, "text": "x"}, "unknown_field", "b'id'"),
+        ({b"id": 1, "text": "x"}, "malformed_msgpack", "b'id'"),  # a bin key: non-string (audit)
     ],
 )
 def test_reason_codes(obj, reason, detail_part):
