@@ -120,3 +120,41 @@ def test_dead_letters_with_large_keys_and_headers_still_fit_the_message_limit(br
     assert list(big.headers) == [("h", b"v" * 300_000)] and m["raw_size"] > 2_000_000
     m = decode_dead_letter(huge_key.value)                 # key over half the limit: sizes only
     assert m["reason"] == "bad_id" and "key" not in m and m["key_size"] == 700_000 and huge_key.key is None
+
+
+class _NotUtf8(str):
+    """A header key the producer writes as bytes that are not UTF-8 (other clients can)."""
+
+    def encode(self, *a, **k):
+        return b"\xff\xfe-bad"
+
+
+def test_a_record_the_client_cannot_parse_is_dead_lettered_and_the_stream_goes_on(broker, fresh_topic, tmp_path):
+    """Bad-input audit: one record with a header key that is not UTF-8 made kafka-python raise
+    CorruptRecordError once and then spin in poll for good: nothing more learned, SIGTERM ignored,
+    /readyz 200, and the same again after a restart. Now the record is skipped to the dead-letter
+    topic (reason corrupt_record, its offset in the source) and the stream goes on; records after
+    it in its own record batch cannot be read by the client either and follow it there."""
+    topics = _topics(fresh_topic)
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=0, enable_idempotence=False)
+    try:
+        def send(doc_id, headers=None):  # one record batch each: .get() before the next send
+            return p.send(topics["input"], msgpack.packb({"id": doc_id, "text": f"wheat grain harvest {doc_id}"}),
+                          headers=headers or []).get(timeout=30).offset
+        for i in range(5):
+            send(f"a{i}")
+        bad = send("bad", [(_NotUtf8("x"), b"v")])
+        for i in range(5):
+            send(f"b{i}")
+    finally:
+        p.close(timeout=5)
+    cfg = _cfg(broker.bootstrap, topics, tmp_path / "snaps")
+    with _running(cfg) as d:
+        _wait(lambda: _consumed(d, topics["input"], 11), 60, "past the unreadable record")
+        assert d.session.consumer.unreadable == 1 and d.readiness()[0]
+    assert d.model.state.docs_seen == 10
+    ids = {decode_prediction(r.value)["id"] for r in _read_all(broker.bootstrap, topics["output"], want=10)}
+    assert ids == {f"a{i}" for i in range(5)} | {f"b{i}" for i in range(5)}
+    (rec,) = _read_all(broker.bootstrap, topics["dead_letter"], want=1)
+    m = decode_dead_letter(rec.value)
+    assert m["reason"] == "corrupt_record" and m["source"]["offset"] == bad and "CorruptRecordError" in m["detail"]

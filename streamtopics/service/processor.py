@@ -69,6 +69,13 @@ class RecordDecoder:
 
     def __call__(self, record) -> tuple[Decoded, int]:
         self._point("decode")
+        error = getattr(record, "unreadable", None)  # the Kafka client could not parse it (stream.consumer)
+        if error is not None:
+            dead = DeadLetter("corrupt_record", f"the Kafka client could not read this record ({error}); a record it "
+                              "cannot parse, such as one with a header key that is not UTF-8, also hides the records "
+                              "after it in its record batch, which are dead-lettered alike", topic=record.topic,
+                              partition=record.partition, offset=record.offset)
+            return Decoded([], [dead], [], None, self._tokenizer()), 0
         docs, dead = decode_message(record.value, self.limits, topic=record.topic, partition=record.partition,
                                     offset=record.offset, fmt=self.fmt, key=getattr(record, "key", None),
                                     headers=getattr(record, "headers", None))

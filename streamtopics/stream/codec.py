@@ -112,6 +112,9 @@ and, set by the daemon only (``DAEMON_REASONS``; ``ALL_REASONS`` is the union):
 - ``model_error``        the model raised on this document (tokenizer or
   kernel failure); the daemon dead-letters the documents it can pin the
   failure on (or, when it cannot narrow it down, the whole batch) and goes on
+- ``corrupt_record``     the Kafka client could not parse the record (a header
+  key that is not UTF-8, a failed checksum); ``raw`` is empty, and the records
+  after it in its record batch, which the client cannot reach, follow alike
 
 ``detail`` is a human-readable sentence (at most 300 characters) naming the
 field and the problem. ``index`` is the element's position inside an array
@@ -187,7 +190,7 @@ REASONS: frozenset[str] = frozenset(
 )
 
 # Set by the daemon, never by the decoder (the decoder's contract is REASONS).
-DAEMON_REASONS: frozenset[str] = frozenset({"model_error"})
+DAEMON_REASONS: frozenset[str] = frozenset({"model_error", "corrupt_record"})
 ALL_REASONS: frozenset[str] = REASONS | DAEMON_REASONS
 
 MAX_ID_CHARS = 256

@@ -62,6 +62,29 @@ _RECREATE_AFTER = 5  # consecutive poll failures before the client is rebuilt
 _JOIN_PATIENCE_SESSIONS = 3.0
 
 
+@dataclass(frozen=True)
+class UnreadableRecord:
+    """Stands for a record the Kafka client could not parse (``BatchingConsumer._skip_unreadable``):
+    what the pipeline reads of a ConsumerRecord, no value, and ``unreadable``, the client's error."""
+
+    topic: str
+    partition: int
+    offset: int
+    unreadable: str
+    value: None = None
+    key: None = None
+    headers: None = None
+    timestamp: int = -1
+
+
+def unreadable_partition(consumer) -> TopicPartition | None:
+    """The partition whose fetched records kafka-python failed to parse in the last ``poll`` (its
+    fetcher's records next in line; kafka-python internals, None where they differ)."""
+    part = getattr(getattr(consumer, "_fetcher", None), "_next_partition_records", None)
+    tp = getattr(part, "topic_partition", None)
+    return tp if isinstance(tp, TopicPartition) else None
+
+
 @dataclass
 class RecordBatch:
     """Consecutive records of one partition, with their decoded contents."""
@@ -335,6 +358,7 @@ class BatchingConsumer:
         self._failures = 0
         self.recreated = 0
         self.rejoins_forced = 0  # lost group joins re-run (see heal_lost_join)
+        self.unreadable = 0  # records the client could not parse, skipped to the dead-letter topic
         self.assignments_refused = 0  # joins the coordinator answered against the protocol (assignment_check)
         self._join_check = JoinCheck()
         self._refused: str | None = None  # set on an assignment (IO thread), acted on by _poll
@@ -561,10 +585,12 @@ class BatchingConsumer:
             records = c.poll(timeout_ms=int(timeout_s * 1000), max_records=self.poll_records)
             self._failures = 0
         except Exception as exc:  # noqa: BLE001 - Kafka errors never escape the loop
-            self._failed("poll failed", exc)
-            if self._failures >= _RECREATE_AFTER:
-                self._rebuild(f"{self._failures} consecutive poll failures: {exc!r}")
-            return
+            records = self._skip_unreadable(exc)
+            if records is None:
+                self._failed("poll failed", exc)
+                if self._failures >= _RECREATE_AFTER:
+                    self._rebuild(f"{self._failures} consecutive poll failures: {exc!r}")
+                return
         if heal_lost_join(self._consumer):
             self.rejoins_forced += 1
         if self._refused is not None:
@@ -600,6 +626,33 @@ class BatchingConsumer:
                 self._buffers.append(tp, recs, now)
             self._check_highwater(records)
             self._pause_resume()
+
+    def _skip_unreadable(self, exc: BaseException) -> dict | None:
+        """A record the client cannot parse (``CorruptRecordError``: a header key that is not UTF-8,
+        a failed checksum): {partition: [an ``UnreadableRecord`` at its position]}, the partition moved
+        past it, for the buffers to hand on like any record (the decoder dead-letters it, reason
+        ``corrupt_record``, and its offset is committed in order); None when it is not that or the
+        partition cannot be told. kafka-python (3.0.12) raises once, then spins in ``poll`` for good
+        on the batch's dead record iterator: one such record hung the daemon, SIGTERM included, with
+        /readyz 200 (bad-input audit). The client cannot read the rest of that record batch either, so
+        each of its later records comes here in turn."""
+        from kafka.errors import CorruptRecordError
+
+        if not isinstance(exc, CorruptRecordError):
+            return None
+        tp = unreadable_partition(self._consumer)
+        if tp is None:
+            return None
+        try:
+            offset = int(self._consumer.position(tp))
+            self._consumer.seek(tp, offset + 1)  # kafka-python drops the dead iterator: not next in line
+        except Exception as seek_exc:  # noqa: BLE001 - not assigned any more
+            log.warning("could not skip an unreadable record", extra={"error": repr(seek_exc)})
+            return None
+        self.unreadable += 1
+        log.error("skipping a record the Kafka client cannot read; it goes to the dead-letter topic",
+                  extra={"topic": tp.topic, "partition": tp.partition, "offset": offset, "error": repr(exc)})
+        return {tp: [UnreadableRecord(tp.topic, tp.partition, offset, repr(exc))]}
 
     def _check_highwater(self, records: dict) -> None:
         c = self._consumer
