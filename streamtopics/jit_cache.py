@@ -24,6 +24,7 @@ and restored (``numba.config.CACHE_DIR`` is read when a dispatcher is created).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import threading
@@ -120,6 +121,40 @@ def _decorate(decorator, func):
         before = numba_config.CACHE_DIR
         numba_config.CACHE_DIR = _cache_dir
         try:
-            return decorator(func)
+            return _saving_may_fail(decorator(func))
         finally:
             numba_config.CACHE_DIR = before
+
+
+def _saving_may_fail(dispatcher):
+    """``dispatcher`` whose cache writes may fail without failing the call: the kernel compiled
+    in memory runs, a WARNING says so once, and the next process compiles again. numba (0.68)
+    lets an OSError of the write through to the caller (on POSIX), and the daemon took a full disk
+    at the first batch after an upgrade (a cold cache) for a failure of the documents: every one
+    of them dead-lettered as model_error (bad-input audit, 2026-11-29). numba internals
+    (``_cache.save_overload``): left as it is where they differ."""
+    cache = getattr(dispatcher, "_cache", None)
+    save = getattr(cache, "save_overload", None)
+    if save is None:
+        return dispatcher
+
+    def save_overload(sig, data):
+        try:
+            save(sig, data)
+        except OSError as exc:
+            _unsaved(exc)
+
+    cache.save_overload = save_overload
+    return dispatcher
+
+
+_warned_unsaved = False
+
+
+def _unsaved(exc: OSError) -> None:
+    global _warned_unsaved
+    if not _warned_unsaved:
+        _warned_unsaved = True
+        logging.getLogger(__name__).warning(
+            "cannot write compiled kernels to the numba cache; they run from memory and the next start "
+            "compiles them again", extra={"cache_dir": _cache_dir, "error": repr(exc)})

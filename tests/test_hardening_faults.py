@@ -303,3 +303,28 @@ def test_sigterm_with_the_broker_away_and_predictions_unacknowledged_skips_the_f
         assert load_snapshot(d2.last_snapshot).state.docs_seen == n
     finally:
         b.cleanup()
+
+
+def test_an_os_error_in_the_model_stops_the_daemon_instead_of_dead_lettering_the_documents(
+        broker, fresh_topic, tmp_path, injector):
+    """Bad-input audit: a full disk while numba wrote its kernel cache raised OSError in the model
+    step, and every document of every batch went to the dead-letter topic as model_error, its
+    offset committed: 400 good documents lost for learning. An OSError is the host's failure, not
+    the documents': the batch is undone and the daemon stops (exit 1, ``HostFailure``); the restart
+    learns every document once and dead-letters none."""
+    from streamtopics.service.processor import HostFailure
+
+    topics = _topics(fresh_topic)
+    cfg = _cfg(broker.bootstrap, topics, tmp_path / "snaps")
+    _produce(broker.bootstrap, topics["input"], [msgpack.packb(x) for x in _docs(200)])
+    injector("learn:3:enospc")  # the third batch's step
+    d = Daemon(cfg, serve_metrics=False)
+    assert d.run() == 1
+    assert isinstance(d.error, HostFailure) and "No space left on device" in str(d.error)
+    learned = d.model.state.docs_seen
+    assert 0 < learned < 200
+    injector(None)
+    with _running(cfg) as d2:
+        _wait(lambda: _consumed(d2, topics["input"], 200), 60, "every document after the restart")
+        assert d2.model.state.docs_seen == 200  # the failed batch learned once, after the restart
+    assert _read_all(broker.bootstrap, topics["dead_letter"], timeout_s=3) == []

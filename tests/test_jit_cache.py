@@ -75,3 +75,28 @@ def test_the_package_kernels_cache_in_the_active_directory():
     active = jit_cache.active_dir()
     assert active is not None and Path(active).name.endswith(jit_cache.source_digest())
     assert any(Path(active).rglob("_numeric.digamma-*.nbi"))  # numba wrote its index there
+
+
+def test_a_kernel_whose_cache_cannot_be_written_still_runs(tmp_path):
+    """Bad-input audit: with the disk full (here RLIMIT_FSIZE, SIGXFSZ ignored as Python does) and
+    a cold cache, numba's write raised OSError into the first call, and the daemon dead-lettered
+    every document of its batches as model_error. The call now returns, with one WARNING."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    script = ("import logging, resource, numpy as np\n"
+              "logging.basicConfig(level=logging.WARNING)\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))\n"
+              "from streamtopics._numeric import digamma\n"
+              "from streamtopics.jit_cache import njit\n"
+              "@njit(cache=True, nogil=True)\n"
+              "def f(x):\n"
+              "    return digamma(x)\n"
+              "@njit(cache=True, nogil=True)\n"
+              "def g(x):\n"
+              "    return f(x[0]) + x.sum()\n"
+              "print(g(np.array([3.0])))\n")
+    (tmp_path / "kern.py").write_text(script)  # numba caches functions of files only
+    run = subprocess.run([sys.executable, str(tmp_path / "kern.py")], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert abs(float(run.stdout.strip()) - 3.9227843350984671) < 1e-12
+    assert run.stderr.count("cannot write compiled kernels to the numba cache") == 1, run.stderr[-2000:]

@@ -29,7 +29,7 @@ from ..model import reading_ahead
 from ..stream.codec import DeadLetter, Document, decode_message, encode_document, is_array_message
 from ..supervised.targets import conform_targets
 
-__all__ = ["BatchOutcome", "BatchProcessor", "Decoded", "RecordDecoder", "StepResult", "fit_targets",
+__all__ = ["BatchOutcome", "BatchProcessor", "Decoded", "HostFailure", "RecordDecoder", "StepResult", "fit_targets",
            "over_capacity", "targets_of"]
 
 log = logging.getLogger("streamtopics.daemon")
@@ -39,6 +39,14 @@ class StepInterrupted(Exception):
     """A step gave up for a reason that is not its documents' (the daemon stopping while the
     batch waited for the update log): re-raised by ``BatchProcessor.run``, never dead-lettered.
     The batch is neither learned nor published; its input is read again after the restart."""
+
+
+class HostFailure(RuntimeError):
+    """The model raised an OSError on a batch before learning it (a full disk, a read-only or lost
+    directory): the host's failure, not the documents'. Their dead letters would lose them for good
+    (bad-input audit: a full disk dead-lettered every document as model_error and committed past
+    them), so the batch is undone and the daemon stops (exit 1); its input is read again after the
+    restart."""
 
 
 @dataclass
@@ -233,6 +241,16 @@ class BatchProcessor:
                 out.label_names = out.step.label_names
         except StepInterrupted:
             raise
+        except OSError as exc:
+            if model.version != out.version:  # learned already: it cannot be undone, dead letters as any error
+                out.error = exc
+                out.step = self.narrow_failure(model, out, batch_key, exc)
+            else:
+                mark, self._prepare_mark = self._prepare_mark, None
+                if mark is not None:
+                    model.undo_prepare(mark)
+                raise HostFailure(f"the model failed on the host, not on the documents: {exc!r}; the batch "
+                                  "was not learned and is read again after the restart") from exc
         except Exception as exc:  # noqa: BLE001 - any failure of the model on this input
             out.error = exc
             out.step = self.narrow_failure(model, out, batch_key, exc)
