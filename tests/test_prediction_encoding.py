@@ -66,3 +66,32 @@ def test_a_document_of_no_known_word_gets_no_label_fields_whatever_the_classifie
         first, unknown = label_fields((scores, predicted), 2, ["pos", "neg"])
         assert unknown == {} and first["labels"] == predicted[0] and set(first["scores"]) == {"pos", "neg"}
     assert label_fields((scores, ["pos", None]), 2, ["pos", "neg"])[1] == {}
+
+
+def test_a_scores_map_above_the_budget_keeps_the_highest_scores_and_the_predicted_labels():
+    """Bad-input audit: 8,000 labels of 128 characters made every prediction 1.1 MB; the producer
+    refused each and it was dropped after the documents were learned and committed. The map is
+    now cut to the highest scores that fit half the message limit, the predicted labels always
+    kept, with ``scores_omitted``; the message fits and the batch encoding stays byte-identical."""
+    rng = np.random.default_rng(0)
+    names = [f"{i:04d}" + "x" * 124 for i in range(8000)]
+    scores = rng.normal(size=(3, 8000))
+    scores[1, 7] = -50.0  # predicted although its score is low: kept anyway
+    theta = rng.dirichlet(np.full(10, 0.3), size=3)
+    enc = PredictionEncoder("out", "dlq", 1_000_000)
+    multiclass = [names[int(np.argmax(scores[0]))], names[7], names[9]]
+    for sup in ((scores, multiclass), (scores, [[names[3], names[4]], [names[7]], []])):
+        msgs = enc.encode([], ["a", "b", "c"], theta, 1, 2.0, sup, names)
+        extras = label_fields(sup, 3, names, max_score_bytes=500_000)
+        assert [m.value for m in msgs] == [
+            encode_prediction(i, row, model_version=1, ts=2.0, **x) for i, row, x in zip("abc", top_topics(theta), extras)]
+        for m, row, p in zip(msgs, scores, sup[1]):
+            assert len(m.value) < 1_000_000
+            d = decode_prediction(m.value)
+            kept = d["scores"]
+            assert d["scores_omitted"] == 8000 - len(kept) > 0
+            assert all(x in kept for x in (p if isinstance(p, list) else [p]))
+            top = sorted(range(8000), key=lambda j: -row[j])[:len(kept) - 2]
+            assert all(names[j] in kept for j in top)  # the highest scores
+    small = label_fields((scores[:, :3], ["a", "b", "c"]), 3, ["a", "b", "c"], max_score_bytes=500_000)
+    assert "scores_omitted" not in small[0] and len(small[0]["scores"]) == 3

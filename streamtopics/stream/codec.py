@@ -759,13 +759,14 @@ def encode_prediction(
     model_version: int,
     ts: float,
     replica: str | None = None,
+    scores_omitted: int | None = None,
 ) -> bytes:
     """Prediction message; numpy scalars are accepted and converted (msgpack cannot pack them).
     ``replica``: the replica that made it (replication on; ``model_version`` is then the update-log
     offset of the model that predicted)."""
     pairs = [[int(k), float(p)] for k, p in topics]
     pairs.sort(key=lambda kp: (-kp[1], kp[0]))  # ties by topic index: deterministic output
-    extra = {"label": label, "labels": labels, "scores": scores, "response": response}
+    extra = {"label": label, "labels": labels, "scores": scores, "response": response, "scores_omitted": scores_omitted}
     return encode_predictions([doc_id], [pairs], [extra], model_version=model_version, ts=ts, replica=replica)[0]
 
 
@@ -788,6 +789,8 @@ def encode_predictions(ids: list, topics: list[list[list]], extras: list[dict], 
                 m["labels"] = [str(x) for x in extra["labels"]]
             if extra.get("scores") is not None:
                 m["scores"] = {str(k): float(v) for k, v in extra["scores"].items()}
+            if extra.get("scores_omitted"):  # a "scores" map cut to the message limit: the labels left out
+                m["scores_omitted"] = int(extra["scores_omitted"])
             if extra.get("response") is not None:
                 m["response"] = float(extra["response"])
         m["model_version"] = version
