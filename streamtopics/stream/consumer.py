@@ -85,6 +85,40 @@ def unreadable_partition(consumer) -> TopicPartition | None:
     return tp if isinstance(tp, TopicPartition) else None
 
 
+def seek_to_beginning(consumer, tp: TopicPartition) -> None:
+    try:
+        consumer.seek_to_beginning(tp)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("seek_to_beginning failed", extra={"error": repr(exc)})
+
+
+def skip_unreadable(consumer, exc: BaseException) -> dict | None:
+    """A record the client cannot parse (``CorruptRecordError``: a header key that is not UTF-8,
+    a failed checksum): {partition: [an ``UnreadableRecord`` at its position]}, the partition moved
+    past it, for the buffers to hand on like any record (the decoder dead-letters it, reason
+    ``corrupt_record``, and its offset is committed in order); None when it is not that or the
+    partition cannot be told. kafka-python (3.0.12) raises once, then spins in ``poll`` for good
+    on the batch's dead record iterator: one such record hung the daemon, SIGTERM included, with
+    /readyz 200 (bad-input audit). The client cannot read the rest of that record batch either, so
+    each of its later records comes here in turn."""
+    from kafka.errors import CorruptRecordError
+
+    if not isinstance(exc, CorruptRecordError):
+        return None
+    tp = unreadable_partition(consumer)
+    if tp is None:
+        return None
+    try:
+        offset = int(consumer.position(tp))
+        consumer.seek(tp, offset + 1)  # kafka-python drops the dead iterator: not next in line
+    except Exception as seek_exc:  # noqa: BLE001 - not assigned any more
+        log.warning("could not skip an unreadable record", extra={"error": repr(seek_exc)})
+        return None
+    log.error("skipping a record the Kafka client cannot read; it goes to the dead-letter topic",
+              extra={"topic": tp.topic, "partition": tp.partition, "offset": offset, "error": repr(exc)})
+    return {tp: [UnreadableRecord(tp.topic, tp.partition, offset, repr(exc))]}
+
+
 @dataclass
 class RecordBatch:
     """Consecutive records of one partition, with their decoded contents."""
@@ -585,12 +619,13 @@ class BatchingConsumer:
             records = c.poll(timeout_ms=int(timeout_s * 1000), max_records=self.poll_records)
             self._failures = 0
         except Exception as exc:  # noqa: BLE001 - Kafka errors never escape the loop
-            records = self._skip_unreadable(exc)
+            records = skip_unreadable(c, exc)
             if records is None:
                 self._failed("poll failed", exc)
                 if self._failures >= _RECREATE_AFTER:
                     self._rebuild(f"{self._failures} consecutive poll failures: {exc!r}")
                 return
+            self.unreadable += 1
         if heal_lost_join(self._consumer):
             self.rejoins_forced += 1
         if self._refused is not None:
@@ -621,38 +656,11 @@ class BatchingConsumer:
                     # The record before our offset has other contents: a new log that has grown
                     # past our offset (neither check above sees it).
                     self._log_reset(tp, other, "the record before the expected offset has other contents")
-                    self._seek_to_beginning(tp)
+                    seek_to_beginning(self._consumer, tp)
                     continue
                 self._buffers.append(tp, recs, now)
             self._check_highwater(records)
             self._pause_resume()
-
-    def _skip_unreadable(self, exc: BaseException) -> dict | None:
-        """A record the client cannot parse (``CorruptRecordError``: a header key that is not UTF-8,
-        a failed checksum): {partition: [an ``UnreadableRecord`` at its position]}, the partition moved
-        past it, for the buffers to hand on like any record (the decoder dead-letters it, reason
-        ``corrupt_record``, and its offset is committed in order); None when it is not that or the
-        partition cannot be told. kafka-python (3.0.12) raises once, then spins in ``poll`` for good
-        on the batch's dead record iterator: one such record hung the daemon, SIGTERM included, with
-        /readyz 200 (bad-input audit). The client cannot read the rest of that record batch either, so
-        each of its later records comes here in turn."""
-        from kafka.errors import CorruptRecordError
-
-        if not isinstance(exc, CorruptRecordError):
-            return None
-        tp = unreadable_partition(self._consumer)
-        if tp is None:
-            return None
-        try:
-            offset = int(self._consumer.position(tp))
-            self._consumer.seek(tp, offset + 1)  # kafka-python drops the dead iterator: not next in line
-        except Exception as seek_exc:  # noqa: BLE001 - not assigned any more
-            log.warning("could not skip an unreadable record", extra={"error": repr(seek_exc)})
-            return None
-        self.unreadable += 1
-        log.error("skipping a record the Kafka client cannot read; it goes to the dead-letter topic",
-                  extra={"topic": tp.topic, "partition": tp.partition, "offset": offset, "error": repr(exc)})
-        return {tp: [UnreadableRecord(tp.topic, tp.partition, offset, repr(exc))]}
 
     def _check_highwater(self, records: dict) -> None:
         c = self._consumer
@@ -667,13 +675,7 @@ class BatchingConsumer:
                 continue
             # The log is shorter than what we already read: it was recreated or truncated.
             self._log_reset(tp, hw, "high watermark below the expected offset")
-            self._seek_to_beginning(tp)
-
-    def _seek_to_beginning(self, tp: TopicPartition) -> None:
-        try:
-            self._consumer.seek_to_beginning(tp)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("seek_to_beginning failed", extra={"error": repr(exc)})
+            seek_to_beginning(self._consumer, tp)
 
     def _rewind(self) -> None:
         offsets = self._buffers.rewind_all()

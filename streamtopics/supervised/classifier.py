@@ -686,21 +686,11 @@ class SupervisedHead:
         ``ScaleStats.response_range`` (a stray response cannot carry the weights off) and less the
         response's offset (``response_offset``), and none before the head has seen the few
         responses those need. Call after ``calibrate``; targets already learned pass as they are."""
-        if self.task != "regression" or tg.learned:
-            return tg
-        rng = self.scale_stats.response_range()
-        if rng is None:
-            return Targets(tg.y, np.zeros_like(tg.mask), learned=True)
-        y = tg.y if np.isinf(rng[0]) and np.isinf(rng[1]) else np.clip(tg.y, rng[0], rng[1])
-        return Targets(y - self.response_offset, tg.mask, learned=True)
+        return tg if self.task != "regression" else self.scale_stats.learned_responses(tg)
 
     @property
     def response_offset(self) -> float:
-        """Regression: the location the weights are learned about, y = eta^T zbar + offset (the
-        median of the first responses, ``ScaleStats.offset``; docs/supervised.md §7). The prior
-        N(0, nu^2) holds each eta_k near 0, and zbar sums to one, so without it a response far
-        from 0 (a year, a price) put every weight near the mean and the topics' differences in
-        its last digits. 0 for the classifiers."""
+        """Regression: y = eta^T zbar + offset (``ScaleStats.offset``); 0 for the classifiers."""
         return self.scale_stats.offset if self.task == "regression" else 0.0
 
     # ------------------------------------------------------------------ prediction

@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .targets import Targets
+
 AUTO = "auto"
 AUTO_NAMES = ("c", "ell", "epsilon", "prior_var")
 PROVISIONAL_DOC_LEN = 100.0  # Nbar used before any labelled document was measured
@@ -157,6 +159,20 @@ class ScaleStats:
             a, b = np.percentile(off, [25.0, 75.0]) if off.size >= 4 else (0.0, 0.0)
             width = max(float(b - a), IQR_PER_SD * self.response_moments()[0])
         return float(q1) - FENCE * width, float(q3) + FENCE * width
+
+    def learned_responses(self, tg):
+        """Regression targets ``tg`` as the head learns them (``SupervisedHead.learned_targets``):
+        clipped to ``response_range`` and less ``offset``, none before that range is known. The
+        offset: the prior N(0, nu^2) holds each weight near 0 and zbar sums to one, so without it a
+        response far from 0 (a year, a price) put every weight near the mean and the topics'
+        differences in its last digits (docs/supervised.md §7)."""
+        if tg.learned:
+            return tg
+        rng = self.response_range()
+        if rng is None:
+            return Targets(tg.y, np.zeros_like(tg.mask), learned=True)
+        y = tg.y if np.isinf(rng[0]) and np.isinf(rng[1]) else np.clip(tg.y, rng[0], rng[1])
+        return Targets(y - self.offset, tg.mask, learned=True)
 
     def state(self) -> list:
         return [self.n_docs, self.sum_len, self.n_resp, self.sum_y, self.sum_y2, self.stride,
