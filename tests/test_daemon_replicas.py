@@ -594,7 +594,8 @@ def test_a_running_replica_stops_for_the_first_rebase_of_its_log_and_adopts_it_a
     saved = load_snapshot(d.last_snapshot).snapshot_info["extra"]["daemon"]
     assert saved["update_offset"] == at and saved["read_from"] == first and saved["rebase_offset"] is None
     with _running(cfg) as d:
-        _wait(lambda: d.replicas.rebase_offset == at and d.replica.offset > at, 60, "the rebase adopted")
+        _wait(lambda: d.replicas.rebase_offset == at and d.replica.offset > at and d.model is d.replica.model, 60,
+              "the rebase adopted")  # (the daemon takes the replica's model once its join returns)
         assert d.model.n_topics == 5  # the base's model (the config's has more topics)
         _produce(broker.bootstrap, updates, encode_rebase(path.read_bytes(), "y", 7, 900000))  # a later one
         more = _docs(64, offset=n)
