@@ -416,3 +416,26 @@ def test_the_checkpointer_forgets_the_snapshots_it_pruned(tmp_path):
     assert len(on_disk) == 2 and path.name in on_disk
     assert cp.known == on_disk
     assert cp.newer_of_lineage(int(model.state.docs_seen)) is None
+
+
+def test_targets_of_the_other_kind_are_learned_as_unlabelled_with_a_warning(tmp_path, caplog):
+    """Bad-input audit: a ``label`` sent to a regression model (300 documents), or a ``response`` to a
+    classifier, was ignored with no trace but a NaN prequential accuracy. It is still learned as
+    unlabelled (documented), now with a WARNING naming the count, at most once a minute."""
+    from streamtopics.service.processor import misfit_targets
+
+    def doc(i, label=None, labels=None, response=None):
+        return Document(str(i), FIRST[i % len(FIRST)], None, label, labels, response, None)
+    docs = [doc(0, label="a"), doc(1, labels=["a"]), doc(2, response=1.5), doc(3, label="a", response=2.0), doc(4)]
+    assert misfit_targets(docs, "regression") == 2 and misfit_targets(docs, "hinge") == 1
+    assert misfit_targets(docs, "none") == 0
+    cfg = _cfg(tmp_path)
+    model = model_from_config(dataclasses.replace(cfg.model, supervision="regression"))
+    records = [SimpleNamespace(topic="docs", partition=0, offset=i, value=b"x", timestamp=0) for i in range(5)]
+    decoded = [Decoded([d], [], [None]) for d in docs]
+    proc = BatchProcessor()
+    with caplog.at_level("WARNING", logger="streamtopics.daemon"):
+        proc.run(model, records, decoded, "k0")
+        proc.run(model, records, decoded, "k1")
+    warned = [r for r in caplog.records if "a target of the other kind" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].documents == 2 and "'response'" in warned[0].getMessage()

@@ -17,6 +17,7 @@ dead-letters them as ``model_error`` and learns the rest (``narrow_failure``).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -114,6 +115,20 @@ def targets_of(docs: list[Document], supervision: str) -> list | None:
     return [d.labels if d.labels is not None else d.label for d in docs]
 
 
+def misfit_targets(docs: list[Document], supervision: str) -> int:
+    """Documents whose only target is of the other kind than the model learns (a ``label``/``labels``
+    for a regression model, a ``response`` for a classifier): documented as ignored, but a stream of
+    them means a misconfigured producer or model (bad-input audit: they went without a trace)."""
+    if supervision == "none":
+        return 0
+    if supervision == "regression":
+        return sum(d.response is None and (d.label is not None or d.labels is not None) for d in docs)
+    return sum(d.response is not None and d.label is None and d.labels is None for d in docs)
+
+
+MISFIT_WARN_EVERY_S = 60.0
+
+
 def over_capacity(targets: list, labels) -> dict[int, str]:
     """{position: why} of the documents whose labels would overflow a capped label vocabulary
     (``labels``: the classifier's ``LabelVocabulary``) that refuses the overflow
@@ -199,6 +214,7 @@ class BatchProcessor:
         self._gil_free = gil_free
         self._prefetch = prefetch
         self._prepare_mark: tuple | None = None  # restore point of the model before its prepare()
+        self._misfit_warned_at = -math.inf  # the last WARNING about targets of the other kind (``misfit_targets``)
 
     def run(self, model, records: list, decoded: list, batch_key: str, decode_seconds: float = 0.0) -> BatchOutcome:
         docs: list[Document] = []
@@ -217,6 +233,7 @@ class BatchProcessor:
         # [model] that differs, and the documents must be read as that model takes them)
         supervision = getattr(model, "supervision", None) or "none"
         targets = targets_of(docs, supervision)
+        self._warn_misfit(misfit_targets(docs, supervision), supervision, batch_key)
         if targets is not None and supervision != "regression":
             head = getattr(model, "head", None)
             targets, misfit = conform_targets(targets, None if head is None else head.task)
@@ -261,6 +278,14 @@ class BatchProcessor:
                 idx, rec.topic, rec.partition, rec.offset,
                 rec.value if idx is None else encode_document(docs[i])))
         return out
+
+    def _warn_misfit(self, n: int, supervision: str, batch_key: str) -> None:
+        now = time.monotonic()
+        if n and now - self._misfit_warned_at >= MISFIT_WARN_EVERY_S:  # at most once a minute
+            self._misfit_warned_at = now
+            wanted = "a 'response'" if supervision == "regression" else "a 'label' or 'labels'"
+            log.warning(f"documents carry a target of the other kind: the model ({supervision}) learns from {wanted}; "
+                        "they are learned as unlabelled", extra={"documents": n, "batch_key": batch_key})
 
     def step(self, model, texts: list, idx: list[int], batch_key: str, stages: dict[str, float],
              targets: list | dict | None = None, pre: list | None = None) -> StepResult:
