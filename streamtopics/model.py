@@ -618,6 +618,14 @@ def equivalent_settings(params: dict) -> dict:
     return p
 
 
+def settings_differences(theirs: dict, ours: dict, names) -> dict:
+    """name -> (theirs, ours) for the ``names`` whose values differ by ``equivalent_settings``; a None
+    that means another value only through another setting (beta None under another n_topics) is
+    left to that setting (the spellings are equal). ``theirs`` may lack a name (None)."""
+    a, b = equivalent_settings(theirs), equivalent_settings(ours)
+    return {k: (theirs.get(k), ours[k]) for k in names if a.get(k) != b[k] and theirs.get(k) != ours[k]}
+
+
 def _as_float(v):
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
 

@@ -216,8 +216,7 @@ def param_differences(model, m) -> dict[str, tuple[Any, Any]]:
 
 def params_differences(have: dict, m) -> dict[str, tuple[Any, Any]]:
     """``param_differences`` from the settings alone (a snapshot header's ``params``)."""
-    from .model import equivalent_settings
+    from .model import settings_differences
 
     fresh = model_from_config(m).get_params()
-    a, b = equivalent_settings(have), equivalent_settings(fresh)
-    return {k: (have.get(k), v) for k, v in fresh.items() if a.get(k) != b[k] and have.get(k) != v}
+    return settings_differences(have, fresh, fresh)

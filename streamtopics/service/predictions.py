@@ -84,8 +84,13 @@ def label_fields(sup: tuple | None, n: int, names: list, max_score_bytes: int | 
     if sup is None:
         return [{}] * n
     scores, predicted = sup
-    cost = np.array([len(str(x).encode("utf-8")) + SCORE_ENTRY_BYTES for x in names], dtype=np.int64)
-    trim = max_score_bytes is not None and scores is not None and int(cost.sum()) > max_score_bytes
+    # A label's UTF-8 bytes are at most 4 per character: most batches need no label encoded to know
+    # that every score fits.
+    trim = (max_score_bytes is not None and scores is not None
+            and 4 * sum(len(str(x)) for x in names) + SCORE_ENTRY_BYTES * len(names) > max_score_bytes)
+    if trim:
+        cost = np.array([len(str(x).encode("utf-8")) + SCORE_ENTRY_BYTES for x in names], dtype=np.int64)
+        trim = int(cost.sum()) > max_score_bytes
     position = {x: j for j, x in enumerate(names)} if trim else {}
     out = []
     for i in range(n):

@@ -258,17 +258,13 @@ class BatchProcessor:
                 out.label_names = out.step.label_names
         except StepInterrupted:
             raise
-        except OSError as exc:
-            if model.version != out.version:  # learned already: it cannot be undone, dead letters as any error
-                out.error = exc
-                out.step = self.narrow_failure(model, out, batch_key, exc)
-            else:
+        except Exception as exc:  # noqa: BLE001 - any failure of the model on this input
+            if isinstance(exc, OSError) and model.version == out.version:  # the host's, and not learned yet
                 mark, self._prepare_mark = self._prepare_mark, None
                 if mark is not None:
                     model.undo_prepare(mark)
                 raise HostFailure(f"the model failed on the host, not on the documents: {exc!r}; the batch "
                                   "was not learned and is read again after the restart") from exc
-        except Exception as exc:  # noqa: BLE001 - any failure of the model on this input
             out.error = exc
             out.step = self.narrow_failure(model, out, batch_key, exc)
         for i in out.step.empty:

@@ -46,7 +46,7 @@ from ..batch_ops import doc_lengths, normalise_rows
 from ..births import births_for
 from ..features import training_counts
 from ..jit_cache import njit
-from ..model import equivalent_settings, local_step_stats, reading_ahead
+from ..model import local_step_stats, reading_ahead, settings_differences as differing
 from ..summary import Summary, check_finite
 from ..updates import classifier_decay
 from ..supervised.targets import is_missing
@@ -212,8 +212,7 @@ def settings_differences(theirs: dict | None, ours: dict) -> dict[str, tuple]:
     is left to that setting."""
     if theirs is None:
         return {}
-    a, b = equivalent_settings(theirs), equivalent_settings(ours)
-    return {k: (theirs[k], ours[k]) for k in sorted(set(theirs) & set(ours)) if a[k] != b[k] and theirs[k] != ours[k]}
+    return differing(theirs, ours, sorted(set(theirs) & set(ours)))
 
 
 class ForeignSettings(ValueError):

@@ -64,7 +64,7 @@ _JOIN_PATIENCE_SESSIONS = 3.0
 
 @dataclass(frozen=True)
 class UnreadableRecord:
-    """Stands for a record the Kafka client could not parse (``BatchingConsumer._skip_unreadable``):
+    """Stands for a record the Kafka client could not parse (``skip_unreadable``):
     what the pipeline reads of a ConsumerRecord, no value, and ``unreadable``, the client's error."""
 
     topic: str
